@@ -1,0 +1,79 @@
+"A short training run writes the whole run folder; the commands parse and fail clearly"
+import json, os, subprocess, sys
+from pathlib import Path
+import pandas as pd
+import pytest
+from minbert_nb.train import TrainConfig, preset_config, train, config_from_args, load_run, minbert_eval, minbert_predict
+from minbert_nb.evaluate import read_predictions
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
+needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    cfg = preset_config("quick", out=str(out), data_dir=str(DATA), steps_per_epoch=2, epochs=2, batch_size=4,
+                        train_limit=24, dev_limit=24, eval_batch_size=24, predict_test=True)
+    return out, train(cfg, progress=False)
+
+@needs_data
+def test_run_folder_has_everything(run):
+    out, m = run
+    for f in ["config.json", "metrics.json", "history.csv", "best.pt", "figures/history.png"]:
+        assert (out / f).is_file(), f
+    for t in ("sst", "para", "sts"): assert (out / "predictions" / f"{t}-dev-output.csv").is_file()
+    for t in ("sst", "sts"): assert (out / "predictions" / f"{t}-test-output.csv").is_file()   # quora test is not available offline
+    hist = pd.read_csv(out / "history.csv")
+    assert list(hist.epoch) == [1, 2] and {"sst_acc", "para_acc", "sts_corr", "overall", "train_loss"} <= set(hist.columns)
+    metrics = json.loads((out / "metrics.json").read_text())
+    for k in ("sst_acc", "para_acc", "sts_corr", "overall", "split", "backbone", "trainable_params", "train_files"):
+        assert k in metrics, k
+    assert metrics["train_files"]["para_train"].endswith("quora-extra-train.csv")
+    assert abs(metrics["overall"] - (metrics["sst_acc"] + metrics["para_acc"] + (metrics["sts_corr"] + 1) / 2) / 3) < 1e-12
+    cfg = json.loads((out / "config.json").read_text()); assert cfg["preset"] == "quick" and cfg["steps_per_epoch"] == 2
+    sst = read_predictions(out / "predictions" / "sst-test-output.csv", "sst")
+    assert len(sst) == 2210 and set(sst.pred) <= {0, 1, 2, 3, 4}
+    first = (out / "predictions" / "para-dev-output.csv").read_text().splitlines()[0]
+    assert first == "id \t Predicted_Is_Paraphrase "
+
+@needs_data
+def test_load_run_and_eval_command(run):
+    out, m = run
+    model, cfg = load_run(out)
+    assert cfg.preset == "quick" and not model.training
+    for f in (out / "predictions").glob("*-dev-output.csv"): f.unlink()
+    minbert_predict([str(out), "--splits", "dev"])
+    assert {f.name for f in (out / "predictions").glob("*-dev-output.csv")} == {"sst-dev-output.csv", "para-dev-output.csv", "sts-dev-output.csv"}
+    minbert_eval([str(out)])
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["para_n"] == 20212 and ev["para_n_unlabelled"] == 2 and 0 <= ev["overall"] <= 1
+    # full dev predictions: quora-dev has 20,214 rows
+    assert len(read_predictions(out / "predictions" / "para-dev-output.csv", "para")) == 20214
+
+def test_cli_overrides_and_errors(tmp_path, capsys):
+    c = config_from_args(["--preset", "baseline", "--lr_backbone", "2e-5", "--bucket", "true", "--pair-modes", '{"para": "cross"}'])
+    assert (c.lr_backbone, c.bucket, c.pair_modes, c.sampler) == (2e-5, True, {"para": "cross"}, "round_robin")
+    f = tmp_path / "c.json"; f.write_text('{"epochs": 7, "pooling": "mean"}')
+    c = config_from_args(["--config", str(f), "--epochs", "2"])
+    assert (c.epochs, c.pooling) == (2, "mean")
+    f.write_text('{"epochs": 7,\n "poolng": "mean"}')
+    with pytest.raises(SystemExit): config_from_args(["--config", str(f)])
+    assert "poolng" in capsys.readouterr().err
+    f.write_text('{"epochs": 7,\n "pooling": }')
+    with pytest.raises(SystemExit): config_from_args(["--config", str(f)])
+    assert "c.json:2" in capsys.readouterr().err
+    with pytest.raises(SystemExit): config_from_args(["--sampler", "random"])
+    assert "sampler='random'" in capsys.readouterr().err
+
+def test_train_command_reports_missing_data(tmp_path):
+    r = subprocess.run([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()",
+                        "--preset", "quick", "--data_dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode != 0 and "minbert_train:" in r.stderr and "nowhere" in r.stderr
+
+def test_gpu_preset_fails_clearly_offline(tmp_path):
+    r = subprocess.run([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()",
+                        "--preset", "sbert-bert-base", "--out", str(tmp_path / "r")],
+                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode != 0 and "bert-base-uncased" in r.stderr and "Tried" in r.stderr
