@@ -10,7 +10,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export MPLBACKEND ?= Agg
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install dev demo test nbs docs readme clean
+.PHONY: install dev demo train test nbs docs readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,12 +29,16 @@ dev: $(VENV)/.dev
 demo: $(VENV)/.runtime
 	$(BIN)/minbert_demo
 
+# The main job: the `quick` preset (embedded backbone, CPU, about 5 minutes on 2 cores). ARGS adds flags.
+train: $(VENV)/.runtime
+	$(BIN)/minbert_train --preset quick $(ARGS)
+
 test: $(VENV)/.dev
 	$(BIN)/python -m pytest tests nbs --nbval-lax --nbval-current-env -p no:cacheprovider -q
 
-# Re-run every notebook in place (stores outputs for the docs), then export and clean.
+# Re-run every notebook in place, skipping `#| notest` / `#| gpu` cells (stores outputs for the docs); export; clean.
 nbs: $(VENV)/.dev
-	cd nbs && for nb in [0-9]*.ipynb index.ipynb; do ../$(BIN)/jupyter nbconvert --to notebook --execute --inplace $$nb || exit 1; done
+	$(BIN)/nbdev-test --n-workers 1 --save
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
 docs: $(VENV)/.dev

@@ -10,11 +10,23 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
 needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
 
+N = 60   # rows kept from each real file: the whole pipeline runs, in seconds
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def small_data(tmp_path_factory):
+    "The first N rows of every real data file, in the same layout"
+    d = tmp_path_factory.mktemp("data")
+    for sub in ("cs224n", "extra"):
+        (d / sub).mkdir()
+        for f in (DATA / sub).glob("*.csv"):
+            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
+    return d
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, small_data):
     out = tmp_path_factory.mktemp("run")
-    cfg = preset_config("quick", out=str(out), data_dir=str(DATA), steps_per_epoch=2, epochs=2, batch_size=4,
-                        train_limit=24, dev_limit=24, eval_batch_size=24, predict_test=True)
+    cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=2, batch_size=4,
+                        train_limit=24, dev_limit=24, eval_batch_size=32, predict_test=True)
     return out, train(cfg, progress=False)
 
 @needs_data
@@ -33,7 +45,7 @@ def test_run_folder_has_everything(run):
     assert abs(metrics["overall"] - (metrics["sst_acc"] + metrics["para_acc"] + (metrics["sts_corr"] + 1) / 2) / 3) < 1e-12
     cfg = json.loads((out / "config.json").read_text()); assert cfg["preset"] == "quick" and cfg["steps_per_epoch"] == 2
     sst = read_predictions(out / "predictions" / "sst-test-output.csv", "sst")
-    assert len(sst) == 2210 and set(sst.pred) <= {0, 1, 2, 3, 4}
+    assert len(sst) == N and set(sst.pred) <= {0, 1, 2, 3, 4}
     first = (out / "predictions" / "para-dev-output.csv").read_text().splitlines()[0]
     assert first == "id \t Predicted_Is_Paraphrase "
 
@@ -45,11 +57,19 @@ def test_load_run_and_eval_command(run):
     for f in (out / "predictions").glob("*-dev-output.csv"): f.unlink()
     minbert_predict([str(out), "--splits", "dev"])
     assert {f.name for f in (out / "predictions").glob("*-dev-output.csv")} == {"sst-dev-output.csv", "para-dev-output.csv", "sts-dev-output.csv"}
+    # minbert_predict / minbert_eval use the full dev files (here: all N rows, not the run's dev_limit of 24)
+    assert len(read_predictions(out / "predictions" / "para-dev-output.csv", "para")) == N
     minbert_eval([str(out)])
     ev = json.loads((out / "eval.json").read_text())
-    assert ev["para_n"] == 20212 and ev["para_n_unlabelled"] == 2 and 0 <= ev["overall"] <= 1
-    # full dev predictions: quora-dev has 20,214 rows
-    assert len(read_predictions(out / "predictions" / "para-dev-output.csv", "para")) == 20214
+    assert ev["para_n"] == N and ev["sst_n"] == N and 0 <= ev["overall"] <= 1
+
+@needs_data
+def test_single_task_run(tmp_path, small_data):
+    "Part 1 of the project: SST or CFIMDB alone, backbone frozen (pretrain) or not"
+    m = train(TrainConfig(tasks=("cfimdb",), mode="pretrain", out=str(tmp_path), data_dir=str(small_data), epochs=1,
+                          batch_size=8, lr_heads=1e-3, predict_test=False), progress=False)
+    assert "cfimdb_acc" in m and "overall" not in m and m["trainable_params"] == 384 * 2 + 2
+    assert (tmp_path / "predictions" / "cfimdb-dev-output.csv").is_file()
 
 def test_cli_overrides_and_errors(tmp_path, capsys):
     c = config_from_args(["--preset", "baseline", "--lr_backbone", "2e-5", "--bucket", "true", "--pair-modes", '{"para": "cross"}'])
