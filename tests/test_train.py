@@ -42,6 +42,7 @@ def test_run_folder_has_everything(run):
     for k in ("sst_acc", "para_acc", "sts_corr", "overall", "split", "backbone", "trainable_params", "train_files"):
         assert k in metrics, k
     assert metrics["train_files"]["para_train"].endswith("quora-extra-train.csv")
+    assert 0 <= metrics["train_padding_fraction"] < 1 and "train_padding_fraction" in hist.columns
     assert abs(metrics["overall"] - (metrics["sst_acc"] + metrics["para_acc"] + (metrics["sts_corr"] + 1) / 2) / 3) < 1e-12
     cfg = json.loads((out / "config.json").read_text()); assert cfg["preset"] == "quick" and cfg["steps_per_epoch"] == 2
     sst = read_predictions(out / "predictions" / "sst-test-output.csv", "sst")
@@ -97,3 +98,18 @@ def test_gpu_preset_fails_clearly_offline(tmp_path):
                         "--preset", "sbert-bert-base", "--out", str(tmp_path / "r")],
                        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "bert-base-uncased" in r.stderr and "Tried" in r.stderr
+
+@needs_data
+def test_extra_train_from_config(tmp_path, small_data):
+    "A user adds an STS-like file through the config alone (columns mapped, label range 1-5 mapped onto 0-5)"
+    f = tmp_path / "mine.csv"
+    f.write_text("pid,left,right,score\n1,a dog runs,a dog is running,5\n2,a cat sleeps,stocks fell,1\n")
+    from minbert_nb.train import build_data, read_extra
+    from minbert_nb.pretrained import load_tokenizer
+    df = read_extra(dict(task="sts", path=str(f), columns=dict(id="pid", sentence1="left", sentence2="right", label="score"), label_range=[1, 5]))
+    assert df.label.tolist() == [5.0, 0.0] and df.id.tolist() == ["mine-1", "mine-2"]
+    cfg = TrainConfig(tasks=("sts",), data_dir=str(small_data), extra_train=[dict(task="sts", path=str(f),
+                      columns=dict(id="pid", sentence1="left", sentence2="right", label="score"), label_range=[1, 5])])
+    data = build_data(cfg, load_tokenizer(), ("train",))
+    assert len(data["train"]["sts"]) == N + 2 and str(f) in data["files"]["sts_train"]
+    with pytest.raises(ValueError, match="missing key"): read_extra(dict(task="sts", path=str(f)))
