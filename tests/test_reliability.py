@@ -1,0 +1,150 @@
+"""Faults a long run must survive: SIGKILL then --resume (bit-identical), SIGINT, non-finite numbers, bad configs and files"""
+import json, os, signal, subprocess, sys, time
+from pathlib import Path
+import pytest, torch
+from minbert_nb.train import TrainConfig, preset_config, train, config_from_args
+from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
+from minbert_nb.evaluate import read_predictions
+import minbert_nb.train as T
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
+needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
+N = 48
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    for sub in ("cs224n", "extra"):
+        (d / sub).mkdir()
+        for f in (DATA / sub).glob("*.csv"):
+            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
+    return d
+
+def _args(out, data):
+    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "10",
+            "--batch_size", "4", "--train_limit", "40", "--dev_limit", "24", "--eval_batch_size", "24", "--checkpoint_every", "2",
+            "--hidden_dropout", "0.1", "--predict_test", "false"]
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+def _cli(args, **kw):
+    return subprocess.Popen([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, **kw)
+
+def _wait_for_checkpoint(run, proc, min_step, timeout=120):
+    "Poll last.pt until it holds at least `min_step` optimizer steps (it is written atomically, so reading is safe)"
+    t = time.time()
+    while time.time() - t < timeout:
+        if proc.poll() is not None: raise AssertionError(f"the run ended before the fault was injected:\n{proc.stdout.read()}")
+        if (run / "last.pt").exists():
+            try:
+                st = load_checkpoint(run / "last.pt")["progress"]
+                if st["step"] >= min_step: return st
+            except RuntimeError: pass
+        time.sleep(0.02)
+    raise AssertionError("no checkpoint appeared in time")
+
+def _weights(path): return load_checkpoint(path)["model"]
+
+@needs_data
+def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
+    ref = _cli(_args(tmp_path / "ref", small_data)); out, _ = ref.communicate(timeout=300)
+    assert ref.returncode == 0, out
+    run = tmp_path / "killed"
+    p = _cli(_args(run, small_data))
+    st = _wait_for_checkpoint(run, p, min_step=4)
+    p.send_signal(signal.SIGKILL); p.wait()
+    assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
+    assert st["epoch"] == 1 and 0 < st["i"] < 10, st          # killed mid-epoch
+    r = _cli(["--resume", str(run)]); out, _ = r.communicate(timeout=300)
+    assert r.returncode == 0, out
+    assert "resuming" in out
+    for f in ("last.pt", "best.pt"):
+        a, b = _weights(tmp_path / "ref" / f), _weights(run / f)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), f"{f}: weights differ after resume"
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (tmp_path / "ref", run))
+    for k in ("sst_acc", "para_acc", "sts_corr", "overall", "best_epoch"): assert ma[k] == mb[k], k
+    assert mb["resumed"] is True
+    ha, hb = (json.loads(json.dumps(__import__("pandas").read_csv(d / "history.csv")[["train_loss", "overall"]].values.tolist()))
+              for d in (tmp_path / "ref", run))
+    assert ha == hb
+
+@needs_data
+def test_sigint_saves_and_exits_zero_with_resume_hint(tmp_path, small_data):
+    run = tmp_path / "int"
+    p = _cli(_args(run, small_data))
+    _wait_for_checkpoint(run, p, min_step=2)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode == 0, out
+    assert f"minbert_train --resume {run}" in out
+    st = load_checkpoint(run / "last.pt")["progress"]
+    assert st["step"] >= 2 and not (run / "metrics.json").exists()
+
+@needs_data
+def test_non_finite_loss_stops_with_details_and_keeps_last_good(tmp_path, small_data, monkeypatch):
+    calls, real = {"n": 0}, T.task_loss
+    def bad_loss(model, batch, cfg):
+        calls["n"] += 1
+        l = real(model, batch, cfg)
+        return l * float("nan") if calls["n"] == 5 else l
+    monkeypatch.setattr(T, "task_loss", bad_loss)
+    cfg = config_from_args(_args(tmp_path, small_data) + ["--checkpoint_every", "1"])
+    with pytest.raises(FloatingPointError) as e: train(cfg, progress=False)
+    msg = str(e.value)
+    assert "non-finite loss" in msg and "epoch 1, step 5/10" in msg and "task" in msg and "batch ids [" in msg and "last.pt" in msg
+    assert load_checkpoint(tmp_path / "last.pt")["progress"]["step"] == 4          # the last good state
+
+@needs_data
+def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
+    real = T.task_loss
+    def bad_grad(model, batch, cfg):
+        p = model.heads["sst"].net[-1].bias
+        return real(model, batch, cfg) + torch.sqrt((p - p.detach()).abs().sum())   # value 0, gradient NaN
+    monkeypatch.setattr(T, "task_loss", bad_grad)
+    with pytest.raises(FloatingPointError, match=r"non-finite gradient norm .* epoch 1, step 1/10"):
+        train(config_from_args(_args(tmp_path, small_data)), progress=False)
+
+@needs_data
+def test_resume_refuses_another_config(tmp_path, small_data):
+    run = tmp_path / "r"
+    p = _cli(_args(run, small_data)); _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
+    r = _cli(["--resume", str(run), "--pooling", "cls", "--lr_backbone", "1e-3"]); out, _ = r.communicate(timeout=120)
+    assert r.returncode != 0 and "different config" in out and "pooling: checkpoint 'mean', now 'cls'" in out and "lr_backbone" in out
+    r = _cli(_args(run, small_data)); out, _ = r.communicate(timeout=120)     # a new run into a used folder
+    assert r.returncode != 0 and f"--resume {run}" in out
+
+def test_resume_needs_a_run_folder(tmp_path, capsys):
+    with pytest.raises(SystemExit): config_from_args(["--resume", str(tmp_path)])
+    assert "config.json: not found" in capsys.readouterr().err
+
+@pytest.mark.parametrize("body,expect", [
+    ('{"epochs": 3,\n "pooling": "mean",\n}', "c.json:3"),                  # bad JSON: file and line
+    ('{"epochs": "three"}', "c.json: field epochs='three' (str): expected int"),
+    ('{"epoch": 3}', "unknown field(s) ['epoch']"),
+    ('{"lr_backbone": [1e-5]}', "field lr_backbone=[1e-05] (list): expected float"),
+    ('{"sampler": "random"}', "sampler='random'"),
+])
+def test_config_file_errors(tmp_path, capsys, body, expect):
+    f = tmp_path / "c.json"; f.write_text(body)
+    with pytest.raises(SystemExit): config_from_args(["--config", str(f)])
+    assert expect in capsys.readouterr().err
+
+@pytest.mark.parametrize("body,task,expect", [
+    ("", "sst", "p.csv:1: the file is empty"),
+    ("id \t Predicted_Is_Paraphrase \nx , 1 \n", "sst", "p.csv:1: header"),
+    ("id \t Predicted_Sentiment \nx , 1 \ny , 7 \n", "sst", "p.csv:3: prediction '7' is not a whole number in 0..4"),
+    ("id \t Predicted_Similiarity \nx , 5.5 \n", "sts", "p.csv:2: prediction '5.5' is not a number in 0..5"),
+    ("id \t Predicted_Sentiment \nx , 1 \nx , 2 \n", "sst", "p.csv:3: duplicate id 'x' (first on line 2)"),
+    ("id \t Predicted_Sentiment \nx ; 1 \n", "sst", "p.csv:2: expected 'id , prediction'"),
+    ("id \t Predicted_Sentiment \n", "sst", "no predictions after the header"),
+])
+def test_prediction_file_errors(tmp_path, body, task, expect):
+    f = tmp_path / "p.csv"; f.write_text(body)
+    with pytest.raises(ValueError) as e: read_predictions(f, task)
+    assert expect in str(e.value)
+
+def test_prediction_file_not_utf8(tmp_path):
+    f = tmp_path / "p.csv"; f.write_bytes(b"id \t Predicted_Sentiment \nx\xe9 , 1 \n")
+    with pytest.raises(ValueError, match="not UTF-8"): read_predictions(f, "sst")
