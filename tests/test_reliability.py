@@ -71,11 +71,12 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
     assert ha == hb
 
 @needs_data
-def test_sigint_saves_and_exits_zero_with_resume_hint(tmp_path, small_data):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_stop_signal_saves_and_exits_zero_with_resume_hint(tmp_path, small_data, sig):
     run = tmp_path / "int"
     p = _cli(_args(run, small_data))
     _wait_for_checkpoint(run, p, min_step=2)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, _ = p.communicate(timeout=120)
     assert p.returncode == 0, out
     assert f"minbert_train --resume {run}" in out
@@ -148,3 +149,19 @@ def test_prediction_file_errors(tmp_path, body, task, expect):
 def test_prediction_file_not_utf8(tmp_path):
     f = tmp_path / "p.csv"; f.write_bytes(b"id \t Predicted_Sentiment \nx\xe9 , 1 \n")
     with pytest.raises(ValueError, match="not UTF-8"): read_predictions(f, "sst")
+
+@needs_data
+def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data):
+    "A bad row stops the run with file and line; --skip_bad_rows skips it, prints and stores the count"
+    import shutil
+    d = tmp_path / "data"; shutil.copytree(small_data, d)
+    f = d / "cs224n" / "ids-sst-train.csv"
+    lines = f.read_text().splitlines(keepends=True); lines.insert(3, "99\tbadid\tA broken row .\tfive\n"); f.write_text("".join(lines))
+    args = _args(tmp_path / "a", d) + ["--epochs", "1", "--steps_per_epoch", "2"]
+    r = _cli(args); out, _ = r.communicate(timeout=120)
+    assert r.returncode != 0 and "ids-sst-train.csv:4: label 'five' is not a number" in out and "--skip-bad-rows" in out
+    r = _cli(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"]); out, _ = r.communicate(timeout=120)
+    assert r.returncode == 0, out
+    assert "skipped 1 bad data row" in out
+    m = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    assert m["skipped_rows"] == 1 and m["train_files"]["sst_train_skipped_rows"] == 1
