@@ -15,19 +15,21 @@ def _run(opt_fn, steps=1000):
         opt.zero_grad(); loss = nn.functional.mse_loss(model(X), y); loss.backward(); opt.step(); losses.append(loss.item())
     return torch.cat([p.detach().flatten() for p in model.parameters()]), losses
 
+@pytest.mark.parametrize("foreach", [False, True])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_adamw_matches_torch_1000_steps(wd):
+def test_adamw_matches_torch_1000_steps(wd, foreach):
     kw = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=wd)
-    ours, l1 = _run(lambda p: AdamW(p, correct_bias=True, **kw))
+    ours, l1 = _run(lambda p: AdamW(p, correct_bias=True, foreach=foreach, **kw))
     ref, l2 = _run(lambda p: torch.optim.AdamW(p, foreach=False, **kw))
     diff = (ours - ref).abs().max().item()
-    print(f"wd={wd}: max |param diff| after 1000 steps = {diff:.2e}")
+    print(f"wd={wd} foreach={foreach}: max |param diff| after 1000 steps = {diff:.2e}")
     assert diff <= 1e-6
     assert l1[-1] < l1[0]
 
-def test_adamw_without_bias_correction():
+@pytest.mark.parametrize("foreach", [False, True])
+def test_adamw_without_bias_correction(foreach):
     "correct_bias=False: the update is lr * m / (sqrt(v) + eps) with raw (biased) moments"
-    p = nn.Parameter(torch.tensor([1.0])); opt = AdamW([p], lr=0.1, eps=1e-6, correct_bias=False)
+    p = nn.Parameter(torch.tensor([1.0])); opt = AdamW([p], lr=0.1, eps=1e-6, correct_bias=False, foreach=foreach)
     m = v = 0.0; x = 1.0
     for g in [0.5, -1.0, 2.0]:
         p.grad = torch.tensor([g]); opt.step()

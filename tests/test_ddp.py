@@ -1,0 +1,47 @@
+"Data-parallel training through torchrun (gloo, 2 CPU processes) matches a single process with the same global batch"
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+import pandas as pd, pytest, torch
+from minbert_nb.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+pytestmark = [pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}"),
+              pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")]
+N = 48
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("data")
+    for sub in ("cs224n", "extra"):
+        (d / sub).mkdir()
+        for f in (DATA / sub).glob("*.csv"):
+            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
+    return d
+
+def _args(out, data):
+    # dropout off: the two runs then compute the same function; global batch 8 = 2 ranks x 4
+    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "4",
+            "--batch_size", "8", "--train_limit", "40", "--dev_limit", "24", "--eval_batch_size", "24", "--checkpoint_every", "0",
+            "--hidden_dropout", "0.0", "--attention_dropout", "0.0", "--head_dropout", "0.0", "--predict_test", "false", "--sampler", "simultaneous"]
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+def test_two_ranks_match_one_process(tmp_path, small_data):
+    one = subprocess.run([sys.executable, "-m", "minbert_nb.train", *_args(tmp_path / "one", small_data)],
+                         capture_output=True, text=True, env=ENV, timeout=600)
+    assert one.returncode == 0, one.stdout + one.stderr
+    two = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "-m", "minbert_nb.train", *_args(tmp_path / "two", small_data)],
+                         capture_output=True, text=True, env=ENV, timeout=600)
+    assert two.returncode == 0, two.stdout + two.stderr
+    assert "x 2 ranks" in two.stdout
+    h1, h2 = (pd.read_csv(tmp_path / d / "history.csv") for d in ("one", "two"))
+    print("train loss, 1 process:", h1.train_loss.tolist(), " 2 ranks:", h2.train_loss.tolist())
+    assert (h1.train_loss - h2.train_loss).abs().max() < 1e-4
+    w1, w2 = (load_checkpoint(tmp_path / d / "last.pt")["model"] for d in ("one", "two"))
+    diff = max((w1[k].float() - w2[k].float()).abs().max().item() for k in w1)
+    print(f"max |weight diff| after {h1.step.iloc[-1]} steps: {diff:.2e}")
+    assert diff < 1e-4
+    m2 = json.loads((tmp_path / "two" / "metrics.json").read_text())
+    assert m2["world_size"] == 2 and not list((tmp_path / "two").glob("*.tmp*"))
