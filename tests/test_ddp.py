@@ -9,16 +9,7 @@ DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 pytestmark = [pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}"),
               pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not installed")]
-N = 48
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    for sub in ("cs224n", "extra"):
-        (d / sub).mkdir()
-        for f in (DATA / sub).glob("*.csv"):
-            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
-    return d
 
 def _args(out, data):
     # dropout off: the two runs then compute the same function; global batch 8 = 2 ranks x 4

@@ -10,16 +10,7 @@ import minbert_nb.train as T
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
 needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
-N = 48
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("data")
-    for sub in ("cs224n", "extra"):
-        (d / sub).mkdir()
-        for f in (DATA / sub).glob("*.csv"):
-            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
-    return d
 
 def _args(out, data):
     return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "10",

@@ -10,17 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
 needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
 
-N = 60   # rows kept from each real file: the whole pipeline runs, in seconds
+N = 60   # rows per file of the `small_data` fixture (tests/conftest.py)
 
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory):
-    "The first N rows of every real data file, in the same layout"
-    d = tmp_path_factory.mktemp("data")
-    for sub in ("cs224n", "extra"):
-        (d / sub).mkdir()
-        for f in (DATA / sub).glob("*.csv"):
-            (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:N + 1]))
-    return d
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, small_data):
