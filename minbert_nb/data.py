@@ -329,10 +329,10 @@ def read_sick(path, split:str="train", scale:str="linear", skip_bad_rows:bool=Fa
     df.attrs["sick_scale"] = scale
     return df
 
-# %% ../nbs/04_data.ipynb #6899008a
+# %% ../nbs/04_data.ipynb #ab4f7332
 class TaskDataset(Dataset):
     "The rows of `df` for `task`, tokenized once; items are `dict(id, label, a[, b])`"
-    def __init__(self, df:pd.DataFrame, task, tokenizer, max_length:int=128, pair_mode:str="bi"):
+    def __init__(self, df:pd.DataFrame, task, tokenizer, max_length:int=128, pair_mode:str="bi", swap:bool=False):
         spec = self.task = get_task(task)
         if pair_mode not in ("bi", "cross"): raise ValueError(f"pair_mode={pair_mode!r}: expected 'bi' (two sequences) or 'cross' (one).")
         if miss := [c for c in ["id", *spec.text_cols] if c not in df.columns]:
@@ -347,9 +347,13 @@ class TaskDataset(Dataset):
         enc = partial(tokenizer, truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True)
         s1 = df["sentence1"].astype(str).tolist()
         s2 = df["sentence2"].astype(str).tolist() if spec.is_pair else None
-        if spec.is_pair and pair_mode == "cross": s1, s2, two = enc(s1, s2), None, False
+        swapped = None
+        if spec.is_pair and pair_mode == "cross":
+            if swap: swapped = enc(s2, s1)     # the other order, for pair_swap (see 06_multitask)
+            s1, s2, two = enc(s1, s2), None, False
         else: s1, s2, two = enc(s1), (enc(s2) if spec.is_pair else None), spec.is_pair
         self.a = list(zip(s1["input_ids"], s1["token_type_ids"]))
+        self.a_swap = list(zip(swapped["input_ids"], swapped["token_type_ids"])) if swapped is not None else None
         self.b = list(zip(s2["input_ids"], s2["token_type_ids"])) if two else None
         self.lengths = np.array([len(x[0]) for x in self.a]) + (np.array([len(x[0]) for x in self.b]) if two else 0)
 
@@ -357,9 +361,10 @@ class TaskDataset(Dataset):
     def __getitem__(self, i):
         it = dict(id=self.ids[i], label=self.labels[i], a=self.a[i])
         if self.b is not None: it["b"] = self.b[i]
+        if self.a_swap is not None: it["a_swap"] = self.a_swap[i]
         return it
 
-# %% ../nbs/04_data.ipynb #0ad1fc5d
+# %% ../nbs/04_data.ipynb #ff48074a
 IGNORE_INDEX = -100   # label of a row without one in a class-task batch (F.cross_entropy's default ignore_index)
 
 def _pad(seqs:list, pad_id:int) -> dict:
@@ -381,6 +386,7 @@ def collate(items:list, task, pad_id:int=0) -> dict:
     if batch["labels"] is not None: batch["label_mask"] = torch.tensor([l is not None for l in ls])
     batch["a"] = _pad([it["a"] for it in items], pad_id)
     if "b" in items[0]: batch["b"] = _pad([it["b"] for it in items], pad_id)
+    if "a_swap" in items[0]: batch["a_swap"] = _pad([it["a_swap"] for it in items], pad_id)
     masks = [batch[k]["attention_mask"] for k in ("a", "b") if k in batch]
     batch["n_tokens"] = int(sum(m.sum() for m in masks))
     batch["n_pad"] = int(sum(m.numel() for m in masks)) - batch["n_tokens"]

@@ -18,7 +18,7 @@ from .heads import *
 # %% auto #0
 __all__ = ['TASK_OUTPUTS', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
 
-# %% ../nbs/06_multitask.ipynb #37cb6047
+# %% ../nbs/06_multitask.ipynb #a25e569c
 TASK_OUTPUTS = {"sst": 5, "cfimdb": 2, "para": 1, "sts": 1}   # logits per task
 
 @dataclass
@@ -37,6 +37,7 @@ class ModelConfig:
     sts_head: str = "features"       # bi-encoder STS: features (regression head) | cosine (no parameters)
     cosine_floor: float = -1.0       # cosine head: the cos mapped to STS 0 (-1: (cos+1)*5/2 as in the seeds; 0: sentence-transformers)
     mode: str = "finetune"           # finetune: train all | pretrain: backbone frozen
+    pair_swap: bool = False          # cross-encoder pairs: train on a random order of the two sentences, predict the mean over both orders
 
     def __post_init__(self):
         self.tasks = tuple(self.tasks)
@@ -55,7 +56,7 @@ class ModelConfig:
         if task not in ("para", "sts"): return "single"
         return (self.pair_modes or {}).get(task, self.pair_mode)
 
-# %% ../nbs/06_multitask.ipynb #82b0c32c
+# %% ../nbs/06_multitask.ipynb #4ae7b053
 @dataclass
 class TaskOutput:
     "A head's output for one batch"
@@ -109,12 +110,26 @@ class MultitaskBert(nn.Module):
         task = batch["task"]
         if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
         if self.cfg.mode_of(task) != "bi":
+            if self.cfg.pair_swap and "a_swap" in batch: return self._both_orders(task, batch)
             u = self.embed(batch["a"])
             out = self.heads[task](u)
             return TaskOutput(out.squeeze(-1) if task in ("para", "sts") else out, u)
         u, v = self.embed_pair(batch["a"], batch["b"])
         if task == "sts" and self.cfg.sts_head == "cosine": return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
+
+    def _both_orders(self, task:str, batch:dict) -> TaskOutput:
+        "Cross-encoder pair with its other order `a_swap`: one order per row at random in training, the mean of both in evaluation"
+        a, s = batch["a"], batch["a_swap"]
+        T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
+        a, s = _pad_to(a, T), _pad_to(s, T)
+        if self.training:
+            flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
+            u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a})
+            return TaskOutput(self.heads[task](u).squeeze(-1), u)
+        e = self.embed({k: torch.cat([a[k], s[k]]) for k in a})     # (2B, C): both orders in one call
+        out, B = self.heads[task](e).squeeze(-1), a["input_ids"].shape[0]
+        return TaskOutput((out[:B] + out[B:]) / 2, e[:B])
 
     def decide(self, task:str, raw:torch.Tensor) -> torch.Tensor:
         "Predictions from raw outputs: SST/CFIMDB class ids, Quora 0/1 (after the prior correction), STS clipped to [0, 5]"

@@ -31,7 +31,7 @@ __all__ = ['PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra
            'plot_history', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args', 'parse_train_args',
            'minbert_train', 'minbert_eval', 'minbert_predict']
 
-# %% ../nbs/09_train.ipynb #9ed42765
+# %% ../nbs/09_train.ipynb #2b554852
 @dataclass
 class TrainConfig:
     "Everything that defines a training run"
@@ -55,6 +55,7 @@ class TrainConfig:
     sts_head: str = "features"       # features | cosine
     cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
     mode: str = "finetune"           # finetune | pretrain (backbone frozen)
+    pair_swap: bool = False          # cross-encoder pairs: train on both sentence orders, predict the mean over both
     # --- data
     max_length: int = 128            # tokens per sequence (a cross-encoder pair counts both sentences)
     batch_size: int = 16
@@ -162,7 +163,7 @@ def preset_config(name:str, **overrides) -> TrainConfig:
     if name not in PRESETS: raise KeyError(f"preset {name!r} is unknown; choose one of {', '.join(PRESETS)}.")
     return TrainConfig(**{**PRESETS[name], "preset": name, **overrides})
 
-# %% ../nbs/09_train.ipynb #ce56e8e7
+# %% ../nbs/09_train.ipynb #0335c781
 def _limit(df:pd.DataFrame, n:int|None, seed:int) -> pd.DataFrame:
     if n is None or len(df) <= n: return df
     out = df.sample(n=n, random_state=seed).reset_index(drop=True); out.attrs = df.attrs
@@ -199,7 +200,8 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
                     paths.append(str(extra.attrs.get("path"))); df = pd.concat([df, extra], ignore_index=True)
             df = _limit(df, cfg.train_limit if split == "train" else cfg.dev_limit if split == "dev" else None, cfg.seed)
             mode = mcfg.mode_of(t)
-            out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="cross" if mode == "cross" else "bi")
+            out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="cross" if mode == "cross" else "bi",
+                                        swap=mcfg.pair_swap)
             files[f"{t}_{split}"] = paths if len(paths) > 1 else paths[0]
             files[f"{t}_{split}_rows"] = len(df)
             if df.attrs.get("skipped"): files[f"{t}_{split}_skipped_rows"] = df.attrs["skipped"]
@@ -243,7 +245,7 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
     fig.tight_layout(); Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
-# %% ../nbs/09_train.ipynb #7243b6e5
+# %% ../nbs/09_train.ipynb #978f9119
 def _amp_dtype(cfg, device):
     if cfg.amp == "off": return None
     if cfg.amp == "bf16": return torch.bfloat16
@@ -340,21 +342,26 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
             bar = tqdm(total=len(plan), initial=st["i"], desc=f"epoch {epoch}/{cfg.epochs}", disable=not (progress and main),
                        mininterval=1.0, dynamic_ncols=True)
             for i in range(st["i"], len(plan)):
-                tasks, loss_sum = plan[i], 0.0
+                tasks, loss_sum, bad = plan[i], 0.0, None
                 for t in tasks:
                     batch = to_device(iters.next(t), device)
                     with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                         loss = task_loss(fwd, batch, cfg)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(f"non-finite loss ({loss.item()}) at epoch {epoch}, step {i + 1}/{len(plan)}, task {t}, "
-                                                 f"batch ids {batch['ids']}. The last good checkpoint is {run/'last.pt'}; "
-                                                 "lower the learning rate or check those rows, then resume or restart.")
+                    if bad is None and not torch.isfinite(loss):
+                        bad = (f"non-finite loss ({loss.item()}) at epoch {epoch}, step {i + 1}/{len(plan)}, task {t}, "
+                               f"batch ids {batch['ids']}" + (f" (rank {rank})" if world > 1 else "") + f". The last good checkpoint is "
+                               f"{run/'last.pt'}; lower the learning rate or check those rows, then resume or restart.")
+                        if world == 1: raise FloatingPointError(bad)
+                    # with several ranks, a rank that stopped here would leave the others blocked in the gradient all-reduce:
+                    # every rank finishes the step, and they stop together below
                     (loss / cfg.grad_accum).backward()
                     loss_sum += loss.item()
                     st["n_ex"] += len(batch["ids"]) * world; st["n_tok"] += batch["n_tokens"] * world; st["n_pad"] += batch["n_pad"] * world
-                if world > 1:   # the logged loss is the global batch's, and a stop asked on any rank stops all
-                    t_ = torch.tensor([loss_sum / world, float(stop.requested)], dtype=torch.float64, device=device)
+                if world > 1:   # the logged loss is the global batch's; a stop asked, or a bad loss, on any rank stops all
+                    t_ = torch.tensor([loss_sum / world, float(stop.requested), float(bad is not None)], dtype=torch.float64, device=device)
                     dist.all_reduce(t_); loss_sum = t_[0].item()
+                    if t_[2] > 0: raise FloatingPointError(bad or f"non-finite loss on another rank at epoch {epoch}, step {i + 1}/{len(plan)}; "
+                                                           f"that rank names the batch. The last good checkpoint is {run/'last.pt'}.")
                     if t_[1] > 0 and not stop.requested: stop.requested, stop.signal = True, "stop on another rank"
                 st["losses"].append(loss_sum)
                 if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan):

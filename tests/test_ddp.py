@@ -36,3 +36,17 @@ def test_two_ranks_match_one_process(tmp_path, small_data):
     assert diff < 1e-4
     m2 = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert m2["world_size"] == 2 and not list((tmp_path / "two").glob("*.tmp*"))
+
+def test_non_finite_loss_on_one_rank_stops_all_ranks(tmp_path, small_data):
+    "A NaN loss on rank 1 only: both ranks stop at that step with a message (torchrun used to kill rank 0 mid-step, silently)"
+    script = tmp_path / "nan_on_rank1.py"
+    script.write_text("import os, torch\nimport minbert_nb.train as T\nreal, n = T.task_loss, [0]\n"
+                      "def bad(model, batch, cfg):\n    n[0] += 1; l = real(model, batch, cfg)\n"
+                      "    return l * float('nan') if os.environ['RANK'] == '1' and n[0] == 3 else l\n"
+                      "T.task_loss = bad\nT.minbert_train()\n")
+    args = [a for a in _args(tmp_path / "run", small_data) if a != "simultaneous"] + ["round_robin"]
+    p = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", str(script), *args],
+                       capture_output=True, text=True, env=ENV, timeout=300)
+    out = p.stdout + p.stderr
+    assert p.returncode != 0, out
+    assert "non-finite loss" in out and "(rank 1)" in out and "on another rank at epoch 1, step 3/4" in out, out

@@ -104,3 +104,22 @@ def test_extra_train_from_config(tmp_path, small_data):
     data = build_data(cfg, load_tokenizer(), ("train",))
     assert len(data["train"]["sts"]) == N + 2 and str(f) in data["files"]["sts_train"]
     with pytest.raises(ValueError, match="missing key"): read_extra(dict(task="sts", path=str(f)))
+
+@needs_data
+def test_pair_swap_predictions_are_symmetric(tmp_path, small_data):
+    "pair_swap: a cross-encoder trained on both orders predicts the mean over both, so swapping the sentences changes nothing"
+    from minbert_nb.data import TaskDataset, load_split, make_loader
+    from minbert_nb.evaluate import predict_split
+    from minbert_nb.pretrained import load_tokenizer
+    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "cross"},
+                        pair_swap=True, steps_per_epoch=3, epochs=1, batch_size=4, train_limit=24, dev_limit=24, predict_test=False)
+    m = train(cfg, progress=False)
+    assert 0 <= m["para_acc"] <= 1 and json.loads((tmp_path / "config.json").read_text())["pair_swap"] is True
+    model, cfg = load_run(tmp_path)
+    tok, df = load_tokenizer(), load_split("para", "dev", small_data).head(16)
+    swapped = df.rename(columns={"sentence1": "sentence2", "sentence2": "sentence1"})
+    raw = [predict_split(model, make_loader(TaskDataset(d, "para", tok, 96, pair_mode="cross", swap=True), 8))["raw"].to_numpy()
+           for d in (df, swapped)]
+    assert abs(raw[0] - raw[1]).max() < 1e-4
+    one_order = predict_split(model, make_loader(TaskDataset(df, "para", tok, 96, pair_mode="cross"), 8))["raw"].to_numpy()
+    assert abs(one_order - raw[0]).max() > 1e-6    # without the other order, the prediction is a different number
