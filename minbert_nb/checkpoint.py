@@ -64,14 +64,17 @@ def set_rng_state(s:dict):
     random.setstate(s["python"]); np.random.set_state(s["numpy"]); torch.set_rng_state(s["torch"])
     if "cuda" in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s["cuda"])
 
-# %% ../nbs/08a_checkpoint.ipynb #c5fc48d5
+# %% ../nbs/08a_checkpoint.ipynb #26e04538
 def code_version() -> dict:
-    "minbert_nb's version and, when run from a git checkout, its commit"
+    "minbert_nb's version and, when run from a git checkout, its commit and whether the package differs from it (`dirty`)"
     v = dict(minbert_nb=minbert_nb.__version__, torch=torch.__version__)
     try:
         root = Path(minbert_nb.__file__).resolve().parents[1]
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        if r.returncode == 0: v["git"] = r.stdout.strip()
+        git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5)
+        r = git("rev-parse", "--short", "HEAD")
+        if r.returncode == 0:
+            v["git"] = r.stdout.strip()
+            v["dirty"] = bool(git("status", "--porcelain", "--untracked-files=no", "--", "minbert_nb").stdout.strip())
     except (OSError, subprocess.SubprocessError): pass
     return v
 

@@ -126,7 +126,7 @@ class TrainConfig:
                               upweight=self.upweight if kind in ("proportional", "sqrt", "annealed") else None,
                               anchor=self.tasks[0] if "sst" not in self.tasks else "sst")
 
-# %% ../nbs/09_train.ipynb #5af38fa8
+# %% ../nbs/09_train.ipynb #1ec23cbe
 PRESETS = {
     # README main job: minutes on 2 CPU cores with the embedded backbone
     "quick": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=1, pair_modes={"para": "cross"},
@@ -145,7 +145,7 @@ PRESETS = {
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
     "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2, pair_modes={"para": "cross"},
-                         sampler="proportional", upweight={"sst": 1.5, "sts": 1.5}, epochs=4, batch_size=32,
+                         pair_swap=True, sampler="proportional", upweight={"sst": 1.5, "sts": 1.5}, epochs=3, batch_size=32,
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
                          schedule="linear", warmup=0.06, para_prior=0.369, sick=False),
 }
@@ -221,7 +221,7 @@ def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
         if pos.sum() >= 2: loss = loss + cfg.mnrl_weight * mnrl_loss(out.u[pos].float(), out.v[pos].float(), scale=cfg.mnrl_scale)
     return loss * (cfg.task_weights or {}).get(task, 1.0)
 
-# %% ../nbs/09_train.ipynb #134d0d0d
+# %% ../nbs/09_train.ipynb #d669b2e6
 def _jsonable(o):
     if isinstance(o, dict): return {str(k): _jsonable(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)): return [_jsonable(v) for v in o]
@@ -242,10 +242,11 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
     for c in cols: axs[0].plot(hist.epoch, hist[c], marker="o", label=c)
     axs[0].set_xlabel("epoch"); axs[0].set_title("dev"); axs[0].legend(fontsize=8)
     axs[1].plot(hist.epoch, hist.train_loss, marker="o"); axs[1].set_xlabel("epoch"); axs[1].set_title("train loss")
+    for ax in axs: ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))   # epochs are whole numbers
     fig.tight_layout(); Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
-# %% ../nbs/09_train.ipynb #978f9119
+# %% ../nbs/09_train.ipynb #472fcf49
 def _amp_dtype(cfg, device):
     if cfg.amp == "off": return None
     if cfg.amp == "bf16": return torch.bfloat16
@@ -275,14 +276,14 @@ def _setup_distributed(cfg:TrainConfig):
         if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return rank, world, device
 
-def _full_state(model, opt, lr_sched, iters, st:dict, cfg:TrainConfig) -> dict:
+def _full_state(model, opt, lr_sched, iters, st:dict, cfg:TrainConfig, code:dict) -> dict:
     "Everything needed to continue a run exactly"
     return dict(model=model.state_dict(), optimizer=opt.state_dict(), lr_scheduler=lr_sched.state_dict(), iterators=iters.state_dict(),
-                rng=rng_state(), progress=st, config=asdict(cfg), code=code_version())
+                rng=rng_state(), progress=st, config=asdict(cfg), code=code)
 
 def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     "Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`)"
-    t0 = time.time()
+    t0, code = time.time(), code_version()   # the code as it was when the run started
     set_seed(cfg.seed)   # the same on every rank: identical heads, and resumable dropout streams
     rank, world, device = _setup_distributed(cfg)
     main = rank == 0     # only rank 0 evaluates and writes files
@@ -333,7 +334,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     wall0 = st["wall"]
     def save_last():
         st["wall"] = wall0 + time.time() - t0
-        if main: atomic_save(_full_state(model, opt, lr_sched, iters, st, cfg), run/"last.pt")
+        if main: atomic_save(_full_state(model, opt, lr_sched, iters, st, cfg, code), run/"last.pt")
     params = [p for p in model.parameters() if p.requires_grad]
     with GracefulStop() as stop:
         for epoch in range(st["epoch"], cfg.epochs + 1):
@@ -402,7 +403,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                   f" ({st['train_time']:.0f}s train)" + (" *best*" if is_best else ""))
             if is_best:   # keep the best epoch's weights and dev predictions
                 st.update(best=score, best_epoch=epoch, best_metrics=dict(m))
-                atomic_save(dict(model=model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code_version()), run/"best.pt")
+                atomic_save(dict(model=model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code), run/"best.pt")
                 for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev"))
             st.update(epoch=epoch + 1, i=0, losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
             save_last()
@@ -424,7 +425,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                    train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
                    para_logit_bias=bias, para_train_prior=train_prior, para_prior=cfg.para_prior, skipped_rows=skipped,
                    train_files=data["files"], device=str(device), wall_time_s=wall0 + time.time() - t0,
-                   resumed=bool(resume), world_size=world, preset=cfg.preset, code=code_version())
+                   resumed=bool(resume), world_size=world, preset=cfg.preset, code=code)
     write_json(metrics, run/"metrics.json")
     if not cfg.save_checkpoint:
         for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)
