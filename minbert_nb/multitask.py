@@ -56,7 +56,7 @@ class ModelConfig:
         if task not in ("para", "sts"): return "single"
         return (self.pair_modes or {}).get(task, self.pair_mode)
 
-# %% ../nbs/06_multitask.ipynb #4ae7b053
+# %% ../nbs/06_multitask.ipynb #a7639180
 @dataclass
 class TaskOutput:
     "A head's output for one batch"
@@ -121,15 +121,14 @@ class MultitaskBert(nn.Module):
     def _both_orders(self, task:str, batch:dict) -> TaskOutput:
         "Cross-encoder pair with its other order `a_swap`: one order per row at random in training, the mean of both in evaluation"
         a, s = batch["a"], batch["a_swap"]
+        if not self.training:
+            u, v = self.embed_pair(a, s)                              # both orders in one BERT call
+            return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
         T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
         a, s = _pad_to(a, T), _pad_to(s, T)
-        if self.training:
-            flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
-            u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a})
-            return TaskOutput(self.heads[task](u).squeeze(-1), u)
-        e = self.embed({k: torch.cat([a[k], s[k]]) for k in a})     # (2B, C): both orders in one call
-        out, B = self.heads[task](e).squeeze(-1), a["input_ids"].shape[0]
-        return TaskOutput((out[:B] + out[B:]) / 2, e[:B])
+        flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
+        u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a})
+        return TaskOutput(self.heads[task](u).squeeze(-1), u)
 
     def decide(self, task:str, raw:torch.Tensor) -> torch.Tensor:
         "Predictions from raw outputs: SST/CFIMDB class ids, Quora 0/1 (after the prior correction), STS clipped to [0, 5]"
