@@ -1,44 +1,61 @@
-# minbert_nb: `make demo` / `make train` run the main job, `make test` runs the whole suite.
+# minbert_nb: `make train` runs the main job, `make test` runs the whole suite.
 # Each target creates .venv and installs what it needs on a fresh machine.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# The CPU wheel, pinned in the same pip call so that pip never pulls CUDA builds. GPU users: see README.
-TORCH  ?= torch==2.13.0
-export HF_HUB_OFFLINE ?= 1
-export TRANSFORMERS_OFFLINE ?= 1
+PIP    := $(BIN)/pip install -q --disable-pip-version-check
+# torch: the CPU build, on any pip setup. PyPI's Linux torch is the CUDA build (GBs), so torch comes from the PyTorch
+# CPU index (or a wheel already on this machine, for offline installs), and every later pip call pins the same version.
+# GPU users pick their CUDA index, e.g.  make TORCH_INDEX=https://download.pytorch.org/whl/cu126 train
+TORCH_VERSION ?= 2.13.0
+TORCH         ?= torch==$(TORCH_VERSION)
+CPU_INDEX     := https://download.pytorch.org/whl/cpu
+TORCH_INDEX   ?= $(CPU_INDEX)
 export MPLBACKEND ?= Agg
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install dev demo train test nbs docs readme clean
+.PHONY: install dev demo train test test-nodata nbs docs readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.runtime: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" -e .
+$(VENV)/.torch: | $(BIN)/python
+	@if [ "$(TORCH_INDEX)" = "$(CPU_INDEX)" ] && $(PIP) --no-deps --no-index "$(TORCH)" 2>/dev/null; then \
+	  echo "torch: using the wheel already on this machine"; \
+	else echo "torch: $(TORCH) from $(TORCH_INDEX)"; $(PIP) "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
 	touch $@
 
-$(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q --disable-pip-version-check "$(TORCH)" -e ".[dev]"
+$(VENV)/.runtime: pyproject.toml $(VENV)/.torch
+	$(PIP) "$(TORCH)" -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml $(VENV)/.torch
+	$(PIP) "$(TORCH)" -e ".[dev]"
 	touch $(VENV)/.runtime $@
 
 install: $(VENV)/.runtime
 dev: $(VENV)/.dev
 
-demo: $(VENV)/.runtime
-	$(BIN)/minbert_demo
-
-# The main job: the `quick` preset (embedded backbone, CPU, about 5 minutes on 2 cores). ARGS adds flags.
+# The main job: the `quick` preset on the embedded backbone (CPU, minutes on 2 cores). ARGS adds flags, e.g.
+# make train ARGS="--backbone bert-base-uncased --device cuda"   (reaches the Hugging Face hub when online)
 train: $(VENV)/.runtime
 	$(BIN)/minbert_train --preset quick $(ARGS)
 
+demo: $(VENV)/.runtime
+	$(BIN)/minbert_demo
+
+# The whole suite (pytest + nbval over nbs/), offline; the full data is used when present, else tests/sample_data.
 test: $(VENV)/.dev
-	$(BIN)/python -m pytest tests nbs --nbval-lax --nbval-current-env -p no:cacheprovider -q
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax --nbval-current-env -p no:cacheprovider -q
+
+# The same suite with the data lookup pointed at an empty folder: what a machine without the data sees (CI runs both).
+test-nodata: $(VENV)/.dev
+	d=$$(mktemp -d) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MINBERT_DATA=$$d $(BIN)/python -m pytest tests nbs --nbval-lax \
+	  --nbval-current-env -p no:cacheprovider -q; rc=$$?; rm -rf $$d; exit $$rc
 
 # Re-run every notebook in place, skipping `#| notest` / `#| gpu` cells (stores outputs for the docs); export; clean.
 nbs: $(VENV)/.dev
-	$(BIN)/nbdev-test --n-workers 1 --save
+	HF_HUB_OFFLINE=1 $(BIN)/nbdev-test --n-workers 1 --save
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
 docs: $(VENV)/.dev

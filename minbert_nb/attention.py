@@ -13,13 +13,17 @@ import torch.nn.functional as F
 from .core import *
 
 # %% auto #0
-__all__ = ['extended_attention_mask', 'BertSelfAttention', 'BertSelfOutput', 'BertAttention']
+__all__ = ['extended_attention_mask', 'to_mask_dtype', 'BertSelfAttention', 'BertSelfOutput', 'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
     "Turn a `(B, T)` 1/0 padding mask into an additive `(B, 1, 1, T)` mask of 0 / most-negative values"
     m = attention_mask[:, None, None, :].to(dtype)     # (B, 1, 1, T)
     return (1.0 - m) * torch.finfo(dtype).min
+
+def to_mask_dtype(mask:torch.Tensor, dtype) -> torch.Tensor:
+    "Additive `mask` in `dtype`, with its most-negative values clamped to `dtype`'s own (never `-inf`)"
+    return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
 
 # %% ../nbs/01_attention.ipynb #93ae3dc0
 class BertSelfAttention(nn.Module):
@@ -61,7 +65,8 @@ class BertSelfAttention(nn.Module):
             if attention_mask is not None:                               # prefixes are always visible
                 pad = attention_mask.new_zeros(*attention_mask.shape[:-1], pk.shape[2])
                 attention_mask = torch.cat([pad, attention_mask], dim=-1)
-        if attention_mask is not None: attention_mask = attention_mask.to(q.dtype)
+        if attention_mask is not None and attention_mask.dtype != q.dtype:   # e.g. an fp32 mask, bf16 queries under autocast
+            attention_mask = to_mask_dtype(attention_mask, q.dtype)
         if output_attentions or self.attn_implementation == "eager":
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, T, T')
             if attention_mask is not None: scores = scores + attention_mask

@@ -10,7 +10,6 @@ import contextlib, gc, math, platform, statistics, sys, tempfile, time
 from pathlib import Path
 import pandas as pd
 import torch
-from fastcore.script import call_parse
 from .core import *
 from .bert import *
 from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights
@@ -166,7 +165,7 @@ def bench_adamw(model, warmup:int=3, reps:int=10, lr:float=1e-5, weight_decay:fl
     m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
     return dict(adamw_minbert_step_ms=m["minbert"], adamw_torch_step_ms=m["torch"], adamw_ratio=m["torch"] / m["minbert"])
 
-# %% ../nbs/18_bench.ipynb #a4432c86
+# %% ../nbs/18_bench.ipynb #9e5412cc
 def _device_name(device) -> str:
     device = torch.device(device)
     if device.type == "cuda": return torch.cuda.get_device_name(device)
@@ -207,7 +206,6 @@ def _env(device, dtype, warmup, reps) -> dict:
                 threads=torch.get_num_threads(), torch_version=torch.__version__, transformers_version=transformers.__version__,
                 optimizer="minbert_nb.optimizer.AdamW for both models")
 
-# %% ../nbs/18_bench.ipynb #9e5412cc
 def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=None, dtype:str|None=None, warmup:int=3, reps:int=10,
                  data_dir=None, sentences:list|None=None, train:bool=True, config:BertConfig|None=None, memory:bool=True,
                  adamw:bool=True) -> dict:
@@ -343,7 +341,7 @@ def bench_epoch(preset:str="quick", data_dir=None, bucket=(False, True), steps:i
     return r
 
 # %% ../nbs/18_bench.ipynb #6968b18e
-@call_parse
+@cli
 def minbert_bench(
     backbone:str=None,        # checkpoint: embedded all-MiniLM-L6-v2 (default), a local folder, or a hub id
     batch_size:int=32,        # sentences per batch

@@ -6,20 +6,35 @@ Docs: https://minbert-nb.github.io/minbert_nb/checkpoint.html.md"""
 
 # %% ../nbs/08a_checkpoint.ipynb #c790413e
 from __future__ import annotations
-import os, random, signal, subprocess, warnings
+import os, pickle, random, re, signal, subprocess, warnings
 from pathlib import Path
 import numpy as np
 import torch
 import minbert_nb
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'atomic_save', 'atomic_write_text', 'load_checkpoint', 'rng_state', 'set_rng_state',
-           'code_version', 'GracefulStop', 'TrainingInterrupted', 'config_diff', 'check_resume_compatible']
+__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'load_checkpoint',
+           'rng_state', 'set_rng_state', 'code_version', 'GracefulStop', 'TrainingInterrupted', 'config_diff',
+           'check_resume_compatible']
 
 # %% ../nbs/08a_checkpoint.ipynb #4099b9d8
+def to_plain(o):
+    "`o` with NumPy scalars/arrays, paths and sets replaced by plain values or tensors, so `weights_only` loading accepts it"
+    if isinstance(o, dict): return {k: to_plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return type(o)(to_plain(v) for v in o)
+    if isinstance(o, (set, frozenset)): return [to_plain(v) for v in sorted(o, key=repr)]
+    if isinstance(o, np.ndarray): return torch.from_numpy(o.copy())
+    if isinstance(o, np.generic): return o.item()
+    if isinstance(o, Path): return str(o)
+    if isinstance(o, str) and type(o) is not str: return str(o)   # e.g. torch.__version__, a str subclass
+    return o
+
+class UnsafeCheckpointError(RuntimeError):
+    "A checkpoint that carries objects other than tensors and plain values: loading it could run code, so it is refused"
+
 def atomic_save(obj, path) -> Path:
-    "`torch.save` `obj` to `path` atomically: temporary file, fsync, rename, fsync of the folder"
-    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    "`torch.save` `obj` (made plain by `to_plain`) to `path` atomically: temporary file, fsync, rename, fsync of the folder"
+    path, obj = Path(path), to_plain(obj); path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -43,11 +58,24 @@ def atomic_write_text(path, text:str) -> Path:
         if tmp.exists(): tmp.unlink()
     return path
 
+def _unsafe_globals(path, err:Exception) -> list:
+    "The globals (module.name) a refused pickle names"
+    try: return list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception: return re.findall(r"GLOBAL (\S+)", str(err))
+
 def load_checkpoint(path) -> dict:
-    "Load a checkpoint written by `atomic_save`, with a clear error for a missing or damaged file"
+    "Load a checkpoint without executing code in it (`weights_only`); clear errors for missing, damaged or unsafe files"
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"{path}: no checkpoint here. Is this a run folder of minbert_train?")
-    try: return torch.load(path, map_location="cpu", weights_only=False)
+    try: return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        if bad := _unsafe_globals(path, e):
+            raise UnsafeCheckpointError(
+                f"{path}: refused: the checkpoint carries objects other than tensors and plain values ({', '.join(bad[:5])}), "
+                "and loading it could run code on this machine. minbert_nb never writes such files; if you made it yourself with "
+                "an older version, re-create it, otherwise do not use it.") from None
+        raise RuntimeError(f"{path}: the checkpoint cannot be read ({type(e).__name__}: {str(e).splitlines()[-1][:200]}). It may be "
+                           "damaged; start a new run, or resume from another run folder.") from None
     except Exception as e:
         raise RuntimeError(f"{path}: the checkpoint cannot be read ({type(e).__name__}: {e}). It may be damaged; "
                            "start a new run, or resume from another run folder.") from None
@@ -55,19 +83,23 @@ def load_checkpoint(path) -> dict:
 # %% ../nbs/08a_checkpoint.ipynb #c67f8b59
 def rng_state() -> dict:
     "The state of Python's, NumPy's and PyTorch's (CPU and CUDA) random-number generators"
-    s = dict(python=random.getstate(), numpy=np.random.get_state(), torch=torch.get_rng_state())
+    npst = np.random.get_state(legacy=False)      # a dict; its key array becomes a list so that the checkpoint stays plain
+    npst["state"] = dict(npst["state"], key=npst["state"]["key"].tolist())
+    s = dict(python=random.getstate(), numpy=npst, torch=torch.get_rng_state())
     if torch.cuda.is_available(): s["cuda"] = torch.cuda.get_rng_state_all()
     return s
 
 def set_rng_state(s:dict):
     "Restore a state from `rng_state`"
-    random.setstate(s["python"]); np.random.set_state(s["numpy"]); torch.set_rng_state(s["torch"])
+    npst = s["numpy"]
+    if isinstance(npst, dict): npst = dict(npst, state=dict(npst["state"], key=np.asarray(npst["state"]["key"], dtype=np.uint32)))
+    random.setstate(s["python"]); np.random.set_state(npst); torch.set_rng_state(s["torch"])
     if "cuda" in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s["cuda"])
 
 # %% ../nbs/08a_checkpoint.ipynb #26e04538
 def code_version() -> dict:
     "minbert_nb's version and, when run from a git checkout, its commit and whether the package differs from it (`dirty`)"
-    v = dict(minbert_nb=minbert_nb.__version__, torch=torch.__version__)
+    v = dict(minbert_nb=minbert_nb.__version__, torch=str(torch.__version__))
     try:
         root = Path(minbert_nb.__file__).resolve().parents[1]
         git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5)
@@ -101,7 +133,7 @@ class TrainingInterrupted(Exception):
     "Raised by the training loop after it saved a checkpoint because a stop was requested"
 
 # %% ../nbs/08a_checkpoint.ipynb #1b568873
-RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "save_checkpoint", "checkpoint_every", "eval_batch_size")
+RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "save_checkpoint", "checkpoint_every", "eval_batch_size", "download")
 
 def config_diff(saved:dict, current:dict, free=RESUME_FREE_FIELDS) -> dict:
     "Fields (other than `free` ones) whose values differ: `{field: (saved, current)}`"

@@ -6,16 +6,28 @@ Docs: https://minbert-nb.github.io/minbert_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #d39c5ca8
 from __future__ import annotations
-import json, os, random, warnings
+import argparse, inspect, json, os, random, sys, warnings
 from dataclasses import dataclass, asdict, fields, replace
 from pathlib import Path
 import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['BertConfig', 'tiny_config', 'set_seed', 'default_device', 'count_params', 'to_device']
+__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'count_params',
+           'to_device', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #7ae4e190
+# Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
+HF_METADATA_KEYS = {"architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "gradient_checkpointing",
+                    "classifier_dropout", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "output_past",
+                    "output_attentions", "output_hidden_states", "return_dict", "torchscript", "tie_word_embeddings",
+                    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class", "prefix",
+                    "task_specific_params", "chunk_size_feed_forward", "directionality", "pooler_fc_size",
+                    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}
+# Architecture switches that minBERT implements one way only: the values it accepts
+HF_FIXED_KEYS = {"model_type": ("bert",), "position_embedding_type": ("absolute",), "is_decoder": (False,),
+                 "add_cross_attention": (False,), "pruned_heads": ({},), "is_encoder_decoder": (False,)}
+
 @dataclass
 class BertConfig:
     "Hyper-parameters of a BERT encoder, with Hugging Face field names (defaults: bert-base-uncased)"
@@ -45,11 +57,21 @@ class BertConfig:
     def head_dim(self): return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_dict(cls, d:dict, **overrides):
-        "Build from a dict such as a parsed `config.json`, ignoring keys minBERT does not use"
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in {**d, **overrides}.items() if k in names}
-        return cls(**kw)
+    def from_dict(cls, d:dict, source:str="config", **overrides):
+        "Build from a dict such as a parsed `config.json`; refuse architectures minBERT does not implement (see below)"
+        names, d = {f.name for f in fields(cls)}, {**d, **overrides}
+        wrong = {k: d[k] for k, ok in HF_FIXED_KEYS.items() if k in d and d[k] not in ok}
+        if "embedding_size" in d and d["embedding_size"] != d.get("hidden_size", cls.hidden_size): wrong["embedding_size"] = d["embedding_size"]
+        if wrong:
+            what = "; ".join(f"{k}={v!r} (minBERT implements only {HF_FIXED_KEYS.get(k, ('hidden_size',))[0]!r})" for k, v in wrong.items())
+            raise ValueError(f"{source}: this checkpoint's architecture is not the one minBERT implements: {what}. "
+                             "Its weights would load into a different network; use a BERT checkpoint with absolute positions "
+                             "(e.g. bert-base-uncased or the embedded all-MiniLM-L6-v2), or its own model class in transformers.")
+        unknown = sorted(k for k in d if k not in names and k not in HF_METADATA_KEYS and k not in HF_FIXED_KEYS
+                         and k != "embedding_size" and not k.startswith("_"))
+        if unknown: warnings.warn(f"{source}: key(s) {unknown} are not used by minBERT; if they change the architecture, "
+                                  "the loaded model will not match the checkpoint.")
+        return cls(**{k: v for k, v in d.items() if k in names})
 
     @classmethod
     def from_json(cls, path, **overrides):
@@ -58,7 +80,7 @@ class BertConfig:
         try: d = json.loads(path.read_text())
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}). Expected a Hugging Face config.json.") from None
-        return cls.from_dict(d, **overrides)
+        return cls.from_dict(d, source=str(path), **overrides)
 
     def to_dict(self): return asdict(self)
 
@@ -105,3 +127,34 @@ def to_device(batch, device):
     if isinstance(batch, dict): return {k: to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)): return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+# %% ../nbs/00_core.ipynb #65d99f93
+def _to_bool(s) -> bool:
+    if isinstance(s, bool): return s
+    if str(s).lower() in ("1", "true", "yes", "on"): return True
+    if str(s).lower() in ("0", "false", "no", "off"): return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+
+def cli_parser(func) -> argparse.ArgumentParser:
+    "An `ArgumentParser` for `func`: one flag per parameter, `--snake_case` with a `--kebab-case` alias, help from the comments"
+    from fastcore.docments import docments
+    docs, sig = docments(func), inspect.signature(func)
+    p = argparse.ArgumentParser(prog=func.__name__, description=(func.__doc__ or "").strip(),
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for name, prm in sig.parameters.items():
+        ann = prm.annotation if isinstance(prm.annotation, type) else eval(prm.annotation, func.__globals__) if isinstance(prm.annotation, str) else str
+        flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+        if ann is bool: p.add_argument(*flags, dest=name, nargs="?", const=True, default=prm.default, type=_to_bool, help=docs.get(name))
+        else: p.add_argument(*flags, dest=name, default=prm.default, type=ann, help=docs.get(name), metavar=ann.__name__.upper())
+    return p
+
+def cli(func):
+    "Make `func` a console command (see above); `func.main(argv)` parses an explicit argument list"
+    import functools
+    @functools.wraps(func)
+    def command(*args, **kwargs):
+        if args or kwargs: return func(*args, **kwargs)
+        command.main(None)          # a console script: `sys.exit(command())` must see None (exit status 0), not a result
+    command.main = lambda argv=None: func(**vars(cli_parser(func).parse_args(argv)))
+    command.parser = lambda: cli_parser(func)
+    return command

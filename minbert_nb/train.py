@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import torch
 from torch import nn
+import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import *
-from .pretrained import load_tokenizer, resolve_checkpoint
-from .data import TASKS, DataError, load_split, read_sick, read_generic, data_files, find_data_dir, TaskDataset, make_loader
+from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded
+from .data import TASKS, DataError, load_split, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
 from .multitask import ModelConfig, MultitaskBert
 from .optimizer import AdamW, param_groups, make_scheduler
-from .samplers import ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
+from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path
 import torch.distributed as dist
@@ -27,11 +28,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
 
 # %% auto #0
-__all__ = ['PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra', 'build_data', 'task_loss', 'write_json',
-           'plot_history', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args', 'parse_train_args',
-           'minbert_train', 'minbert_eval', 'minbert_predict']
+__all__ = ['TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra', 'build_data', 'task_loss',
+           'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run',
+           'config_from_args', 'parse_train_args', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
+TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
+
 @dataclass
 class TrainConfig:
     "Everything that defines a training run"
@@ -66,6 +69,7 @@ class TrainConfig:
     sick: bool = False               # add SICK 2014 train to STS (seed 000, Table 11)
     extra_train: list|None = None    # more training files, no code: [{"task": "sts", "path": "x.tsv", "columns": {...}, "sep": "\t", "label_range": [1, 5]}]
     skip_bad_rows: bool = False      # skip (and count) malformed data rows instead of stopping
+    download: bool = True            # minbert_train: fetch missing CS224N files (checked) before training; false = stop with a message
     # --- task schedule (see 07_samplers)
     sampler: str = "round_robin"     # round_robin | proportional | sqrt | annealed | sequential | simultaneous
     steps_per_epoch: int|None = None # None = the sampler's natural epoch; seed 000 uses 2400
@@ -96,8 +100,7 @@ class TrainConfig:
         if isinstance(self.tasks, str): self.tasks = tuple(t.strip() for t in self.tasks.split(","))
         self._check_types()
         self.model_config()   # validates the model fields
-        if self.sampler not in ("round_robin", "proportional", "sqrt", "annealed", "sequential", "simultaneous"):
-            raise ValueError(f"sampler={self.sampler!r}: expected round_robin, proportional, sqrt, annealed, sequential or simultaneous.")
+        if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
         for k in ("epochs", "batch_size", "grad_accum"):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
@@ -123,7 +126,7 @@ class TrainConfig:
     def schedule_config(self) -> ScheduleConfig:
         kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
         return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
-                              upweight=self.upweight if kind in ("proportional", "sqrt", "annealed") else None,
+                              upweight=self.upweight if kind in SAMPLED_KINDS else None,
                               anchor=self.tasks[0] if "sst" not in self.tasks else "sst")
 
 # %% ../nbs/09_train.ipynb #1ec23cbe
@@ -257,6 +260,10 @@ def _score(m:dict) -> float:
     keys = [k for k in m if k.endswith(("_acc", "_corr"))]
     return float(np.mean([m[k] for k in keys])) if keys else float("nan")
 
+def optimizer_updates(sched:TaskSchedule, epochs:int, grad_accum:int) -> int:
+    "Optimizer updates of a run: one every `grad_accum` steps and one at each epoch's end for the remainder"
+    return max(1, sum(math.ceil(len(sched.plan(e)) / grad_accum) for e in range(1, epochs + 1)))
+
 def _para_bias(train_ds, prior):
     if prior is None or train_ds is None: return 0.0, None
     pi = float(np.mean([l for l in train_ds.labels if l is not None]))
@@ -318,7 +325,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     n_train, n_all = count_params(model, trainable=True), count_params(model)
     opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay))
     sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in train_dl.items()}, cfg.epochs)
-    total_updates = max(1, math.ceil(sched.total_steps / cfg.grad_accum))
+    total_updates = optimizer_updates(sched, cfg.epochs, cfg.grad_accum)   # what the loop below takes: the schedule ends at the last one
     lr_sched = make_scheduler(opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
     iters = TaskIterators(train_dl, seed=cfg.seed)
     # st: the loop's progress; saved in every checkpoint so that a resumed run continues exactly
@@ -505,7 +512,7 @@ def parse_train_args(argv=None) -> tuple:
 
 def _check_hardware(cfg:TrainConfig):
     dev = default_device(cfg.device)
-    big = cfg.backbone not in (None, "all-MiniLM-L6-v2", "minilm", "embedded")
+    big = not is_embedded(cfg.backbone)
     if big: resolve_checkpoint(cfg.backbone)   # fails clearly offline
     if big and dev.type == "cpu":
         warnings.warn(f"backbone {cfg.backbone} on CPU: a full run of preset {cfg.preset} takes days; use a GPU (--device cuda).")
@@ -513,7 +520,12 @@ def _check_hardware(cfg:TrainConfig):
 def minbert_train(argv=None):
     "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"
     cfg, resume = parse_train_args(argv)
-    try: _check_hardware(cfg); train(cfg, resume=resume)
+    try:
+        _check_hardware(cfg)
+        if dist_env()[0] == 0:   # fetch what the run lacks (rank 0 only under torchrun), or stop with one message that says how
+            opt = ("test",) if cfg.predict_test else ()   # test files are fetched when possible; a run never needs them
+            cfg.data_dir = str(ensure_data(cfg.data_dir, cfg.tasks, ("train", "dev"), download=cfg.download, optional=opt))
+        train(cfg, resume=resume)
     except TrainingInterrupted as e: print(f"minbert_train: stopped. {e}"); return
     except (DataError, FileNotFoundError, FileExistsError, ValueError, RuntimeError, FloatingPointError) as e:
         sys.exit(f"minbert_train: {e}")
@@ -537,7 +549,7 @@ def minbert_eval(argv=None):
         data = build_data(dataclasses.replace(cfg, dev_limit=None), load_tokenizer(cfg.backbone), ("dev",))
         m, _ = evaluate(model, {t: make_loader(ds, cfg.eval_batch_size) for t, ds in data["dev"].items()}, dev,
                         _amp_dtype(cfg, dev), progress=True)
-    except (DataError, FileNotFoundError) as e: sys.exit(f"minbert_eval: {e}")
+    except (DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_eval: {e}")
     m.update(split="dev", run=str(a.run_dir))
     write_json(m, Path(a.run_dir)/"eval.json")
     print(" ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) + f" -> {Path(a.run_dir)/'eval.json'}")
@@ -551,8 +563,7 @@ def minbert_predict(argv=None):
         if a.data_dir: cfg.data_dir = a.data_dir
         dev = next(model.parameters()).device
         out = predict(model, cfg, load_tokenizer(cfg.backbone), Path(a.run_dir), dev, _amp_dtype(cfg, dev), tuple(a.splits.split(",")))
-    except (DataError, FileNotFoundError) as e: sys.exit(f"minbert_predict: {e}")
+    except (DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
     for k, v in out.items(): print(f"{k}: {v}")
 
-# %% ../nbs/09_train.ipynb #66c894a5
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_train()   # python -m / torchrun -m minbert_nb.train

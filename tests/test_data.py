@@ -1,6 +1,7 @@
 """Tests of minbert_nb.data: readers on the real CS224N files, bad input, batching, bucketing and `minbert_data` downloads.
 
-The data folder is $MINBERT_DATA or ../shared/data next to the repository; tests that need it are skipped when it is absent.
+The full data folder is $MINBERT_DATA or ../shared/data next to the repository; tests of facts of the full files are skipped
+by name when it is absent, the others read the committed sample (tests/sample_data).
 Downloads are tested against an HTTP server on 127.0.0.1 only, never the internet.
 """
 import hashlib, http.server, os, subprocess, sys, threading, warnings
@@ -12,10 +13,9 @@ import torch
 
 from minbert_nb.data import *
 
+from datapaths import DATA, FULL_DATA, SAMPLE, needs_full_data
+
 REPO = Path(__file__).resolve().parent.parent
-DATA = Path(os.environ.get("MINBERT_DATA") or REPO.parent/"shared/data")
-needs_data = pytest.mark.skipif(not (DATA/"cs224n").is_dir(),
-                                reason=f"no CS224N data in {DATA}: set MINBERT_DATA or run `minbert_data --out DIR`")
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def quiet(f, *a, **k):
 
 # ---------------------------------------------------------------- real files
 
-@needs_data
+@needs_full_data("row counts of every CS224N file")
 @pytest.mark.parametrize("task,split,n", [
     ("sst", "train", 8544), ("sst", "dev", 1101), ("sst", "test", 2210),
     ("sts", "train", 6040), ("sts", "dev", 863), ("sts", "test", 1725),
@@ -48,7 +48,7 @@ def test_row_counts(task, split, n):
     else: assert df.label.dropna().between(spec.low, spec.high).all()
 
 
-@needs_data
+@needs_full_data("Quora dev's two unlabelled rows and the quora-extra training file")
 def test_quora_files():
     fs = data_files(DATA)
     assert fs["para"]["train"].name == "quora-extra-train.csv" and fs["para"]["test"] is None
@@ -65,13 +65,12 @@ def test_quora_files():
         read_task_file(DATA/"cs224n/quora-dev.csv", "para")
 
 
-@needs_data
 def test_sst_test_student_header():
-    df = read_task_file(DATA/"cs224n/ids-sst-test-student.csv", "sst")  # header: 0<TAB><TAB>id<TAB>sentence
+    df = read_task_file(SAMPLE/"cs224n/ids-sst-test-student.csv", "sst")  # header: 0<TAB><TAB>id<TAB>sentence
     assert list(df.columns) == ["id", "sentence1"] and df.id[0] == "b7573736a6ddf7be102b7fee0"
 
 
-@needs_data
+@needs_full_data("SICK 2014's 4,500 training pairs")
 def test_sick():
     sick = read_sick(DATA/"extra/sick2014")
     assert len(sick) == 4500 and sick.id[0] == "sick-1"
@@ -174,16 +173,15 @@ def test_read_generic(tmp_path):
 
 # ---------------------------------------------------------------- batching
 
-@needs_data
 def test_collate_shapes(tok):
-    sst = load_split("sst", "dev", DATA).head(8)
+    sst = load_split("sst", "dev", SAMPLE).head(8)
     ds = TaskDataset(sst, "sst", tok)
     b = collate([ds[i] for i in range(5)], "sst")
     T = max(len(ds[i]["a"][0]) for i in range(5))
     assert b["a"]["input_ids"].shape == b["a"]["attention_mask"].shape == b["a"]["token_type_ids"].shape == (5, T)
     assert b["labels"].dtype == torch.long and b["labels"].tolist() == sst.label[:5].tolist()
     assert "b" not in b and b["n_tokens"] == int(ds.lengths[:5].sum()) and b["n_tokens"] + b["n_pad"] == 5 * T
-    sts = load_split("sts", "dev", DATA).head(6)
+    sts = load_split("sts", "dev", SAMPLE).head(6)
     bi, cross = TaskDataset(sts, "sts", tok), TaskDataset(sts, "sts", tok, pair_mode="cross")
     bb = collate([bi[i] for i in range(4)], "sts")
     assert bb["a"]["input_ids"].shape[0] == bb["b"]["input_ids"].shape[0] == 4 and bb["labels"].dtype == torch.float32
@@ -192,7 +190,7 @@ def test_collate_shapes(tok):
     assert "b" not in bc and bc["a"]["input_ids"].shape[0] == 4 and bc["a"]["token_type_ids"].max() == 1
     ids = bc["a"]["input_ids"][0][bc["a"]["attention_mask"][0].bool()].tolist()
     assert ids[0] == tok.cls_token_id and ids.count(tok.sep_token_id) == 2
-    test = TaskDataset(load_split("sst", "test", DATA).head(3), "sst", tok)
+    test = TaskDataset(load_split("sst", "test", SAMPLE).head(3), "sst", tok)
     assert collate([test[0], test[1]], "sst")["labels"] is None
 
 
@@ -222,9 +220,8 @@ def test_bucket_sampler():
     assert len(d) == len(list(d)) == 62 and all(len(b) == 16 for b in d)
 
 
-@needs_data
 def test_padding_fraction_lower_with_bucketing(tok):
-    ds = TaskDataset(load_split("sst", "train", DATA).head(3000), "sst", tok)
+    ds = TaskDataset(load_split("sst", "train", SAMPLE), "sst", tok)
     rnd = padding_fraction(make_loader(ds, 32, shuffle=True))
     bkt = padding_fraction(make_loader(ds, 32, shuffle=True, bucket=True))
     assert bkt < rnd / 3, (rnd, bkt)
@@ -236,6 +233,7 @@ def test_padding_fraction_lower_with_bucketing(tok):
 # ---------------------------------------------------------------- downloads (loopback only)
 
 BODY = b"\tid\tsentence\tsentiment\n0\ta1\tA fine film .\t3\n" * 200
+QUORA = (SAMPLE/"cs224n/quora-dev.csv").read_bytes()        # 300 pairs in the Quora layout, served as quora-train.csv
 PIN = {"ids-sst-dev.csv": hashlib.sha256(BODY).hexdigest()}
 
 @pytest.fixture()
@@ -246,7 +244,8 @@ def server():
         def do_GET(self):
             mode, _, name = self.path.strip("/").partition("/")
             if name not in ("ids-sst-dev.csv", "quora-train.csv"): return self.send_error(404)
-            body = BODY if mode != "corrupt" else BODY[:50] + b"X" + BODY[51:]
+            body = QUORA if name == "quora-train.csv" else BODY
+            if mode == "corrupt": body = body[:50] + b"X" + body[51:]
             self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
             self.wfile.write(body[:len(body) // 3] if mode == "truncated" else body)
             self.close_connection = True
@@ -295,9 +294,33 @@ def test_download_replaces_damaged_and_cleans_partials(tmp_path, server):
 def test_download_unpinned_needs_flag(tmp_path, server):
     r = fetch_cs224n(tmp_path, f"{server}/good/", files={}, timeout=5)
     assert r == {}
-    r = fetch_cs224n(tmp_path, f"{server}/good/", files={}, unverified=True, timeout=5)
-    assert r["quora-train.csv"] == "downloaded, UNVERIFIED (no pinned SHA-256)"
+    r = fetch_cs224n(tmp_path, f"{server}/good/", files={}, unverified=True, timeout=5)   # no pin: layout and row count instead
+    assert r["quora-train.csv"].startswith("FAILED") and "300 data rows. Expected 141,498 to 141,506 rows" in r["quora-train.csv"]
     assert r["quora-test-student.csv"].startswith("FAILED") and "HTTP 404" in r["quora-test-student.csv"]
+    assert leftovers(tmp_path) == []                                            # the wrong file was not kept
+
+
+def test_download_unpinned_checked_by_rows_and_layout(tmp_path, server, monkeypatch):
+    import minbert_nb.data as D
+    monkeypatch.setitem(D.UNPINNED_CHECKS, "quora-train.csv", dict(task="para", labelled=True, rows=(300, 300)))
+    r = fetch_cs224n(tmp_path, f"{server}/good/", files={"quora-train.csv": None}, timeout=5)
+    assert r == {"quora-train.csv": "downloaded, 300 rows, layout verified (no pinned SHA-256)"}
+    assert verify_cs224n(tmp_path, {"quora-train.csv": None}) == {"quora-train.csv": "ok (300 rows, layout verified (no pinned SHA-256))"}
+    (tmp_path/"cs224n/quora-train.csv").write_bytes(BODY)                       # SST rows under Quora's name
+    assert verify_cs224n(tmp_path, {"quora-train.csv": None})["quora-train.csv"].startswith("CORRUPTED (")
+
+
+def test_ensure_data_fetches_what_a_run_lacks(tmp_path, server, monkeypatch):
+    import minbert_nb.data as D
+    monkeypatch.setitem(D.UNPINNED_CHECKS, "quora-train.csv", dict(task="para", labelled=True, rows=(300, 300)))
+    d = tmp_path/"data"; (d/"cs224n").mkdir(parents=True)
+    for f in ("ids-sst-train.csv", "ids-sst-dev.csv", "quora-dev.csv"): (d/"cs224n"/f).write_bytes((SAMPLE/"cs224n"/f).read_bytes())
+    assert missing_files(d, ("sst", "para")) == ["quora-train.csv"]
+    assert ensure_data(d, ("sst", "para"), base_url=f"{server}/good/", timeout=5) == d
+    assert missing_files(d, ("sst", "para")) == [] and (d/"cs224n/quora-train.csv").read_bytes() == QUORA
+    monkeypatch.setenv("MINBERT_DATA", str(tmp_path/"elsewhere"))             # no folder yet: it is created and filled
+    with pytest.raises(FileNotFoundError, match="the training data is missing: ids-sst-train.csv.*the download failed"):
+        ensure_data(None, ("sst",), base_url=f"{server}/good/", timeout=5)   # the server has no SST train file (404)
 
 
 def test_download_unreachable(tmp_path):
@@ -323,6 +346,8 @@ def test_cli(tmp_path, server):
     r = _cli(script, ["--out", str(out), "--base-url", f"{server}/good/", "--timeout", "5"])
     assert r.returncode == 1 and "SHA-256 mismatch" in r.stdout and "not ready" in r.stderr
     assert not out.exists() or leftovers(out) == []
-    if (DATA/"cs224n").is_dir():
+    a = minbert_data.parser().parse_args(["--base_url", "u", "--out", "o"])      # the snake_case flags of minbert_train too
+    assert (a.base_url, a.out) == ("u", "o") and "--base_url" in h.stdout
+    if FULL_DATA:
         r = _cli(script, ["--check"], env={"MINBERT_DATA": str(DATA)})
         assert r.returncode == 0 and "data folder ready" in r.stdout and "CORRUPTED" not in r.stdout

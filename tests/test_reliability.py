@@ -8,8 +8,6 @@ from minbert_nb.evaluate import read_predictions
 import minbert_nb.train as T
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
-needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
 
 
 def _args(out, data):
@@ -38,7 +36,6 @@ def _wait_for_checkpoint(run, proc, min_step, timeout=120):
 
 def _weights(path): return load_checkpoint(path)["model"]
 
-@needs_data
 def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
     ref = _cli(_args(tmp_path / "ref", small_data)); out, _ = ref.communicate(timeout=300)
     assert ref.returncode == 0, out
@@ -61,7 +58,6 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
               for d in (tmp_path / "ref", run))
     assert ha == hb
 
-@needs_data
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_stop_signal_saves_and_exits_zero_with_resume_hint(tmp_path, small_data, sig):
     run = tmp_path / "int"
@@ -74,7 +70,6 @@ def test_stop_signal_saves_and_exits_zero_with_resume_hint(tmp_path, small_data,
     st = load_checkpoint(run / "last.pt")["progress"]
     assert st["step"] >= 2 and not (run / "metrics.json").exists()
 
-@needs_data
 def test_non_finite_loss_stops_with_details_and_keeps_last_good(tmp_path, small_data, monkeypatch):
     calls, real = {"n": 0}, T.task_loss
     def bad_loss(model, batch, cfg):
@@ -88,7 +83,6 @@ def test_non_finite_loss_stops_with_details_and_keeps_last_good(tmp_path, small_
     assert "non-finite loss" in msg and "epoch 1, step 5/10" in msg and "task" in msg and "batch ids [" in msg and "last.pt" in msg
     assert load_checkpoint(tmp_path / "last.pt")["progress"]["step"] == 4          # the last good state
 
-@needs_data
 def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
     real = T.task_loss
     def bad_grad(model, batch, cfg):
@@ -98,7 +92,6 @@ def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
     with pytest.raises(FloatingPointError, match=r"non-finite gradient norm .* epoch 1, step 1/10"):
         train(config_from_args(_args(tmp_path, small_data)), progress=False)
 
-@needs_data
 def test_resume_refuses_another_config(tmp_path, small_data):
     run = tmp_path / "r"
     p = _cli(_args(run, small_data)); _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
@@ -141,7 +134,6 @@ def test_prediction_file_not_utf8(tmp_path):
     f = tmp_path / "p.csv"; f.write_bytes(b"id \t Predicted_Sentiment \nx\xe9 , 1 \n")
     with pytest.raises(ValueError, match="not UTF-8"): read_predictions(f, "sst")
 
-@needs_data
 def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data):
     "A bad row stops the run with file and line; --skip_bad_rows skips it, prints and stores the count"
     import shutil

@@ -7,8 +7,6 @@ from minbert_nb.train import TrainConfig, preset_config, train, config_from_args
 from minbert_nb.evaluate import read_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(os.environ.get("MINBERT_DATA", ROOT.parent / "shared" / "data"))
-needs_data = pytest.mark.skipif(not (DATA / "cs224n").is_dir(), reason=f"CS224N data not found at {DATA}")
 
 N = 60   # rows per file of the `small_data` fixture (tests/conftest.py)
 
@@ -20,7 +18,6 @@ def run(tmp_path_factory, small_data):
                         train_limit=24, dev_limit=24, eval_batch_size=32, predict_test=True)
     return out, train(cfg, progress=False)
 
-@needs_data
 def test_run_folder_has_everything(run):
     out, m = run
     for f in ["config.json", "metrics.json", "history.csv", "best.pt", "figures/history.png"]:
@@ -41,7 +38,6 @@ def test_run_folder_has_everything(run):
     first = (out / "predictions" / "para-dev-output.csv").read_text().splitlines()[0]
     assert first == "id \t Predicted_Is_Paraphrase "
 
-@needs_data
 def test_load_run_and_eval_command(run):
     out, m = run
     model, cfg = load_run(out)
@@ -55,7 +51,6 @@ def test_load_run_and_eval_command(run):
     ev = json.loads((out / "eval.json").read_text())
     assert ev["para_n"] == N and ev["sst_n"] == N and 0 <= ev["overall"] <= 1
 
-@needs_data
 def test_single_task_run(tmp_path, small_data):
     "Part 1 of the project: SST or CFIMDB alone, backbone frozen (pretrain) or not"
     m = train(TrainConfig(tasks=("cfimdb",), mode="pretrain", out=str(tmp_path), data_dir=str(small_data), epochs=1,
@@ -90,7 +85,6 @@ def test_gpu_preset_fails_clearly_offline(tmp_path):
                        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "bert-base-uncased" in r.stderr and "Tried" in r.stderr
 
-@needs_data
 def test_extra_train_from_config(tmp_path, small_data):
     "A user adds an STS-like file through the config alone (columns mapped, label range 1-5 mapped onto 0-5)"
     f = tmp_path / "mine.csv"
@@ -105,7 +99,6 @@ def test_extra_train_from_config(tmp_path, small_data):
     assert len(data["train"]["sts"]) == N + 2 and str(f) in data["files"]["sts_train"]
     with pytest.raises(ValueError, match="missing key"): read_extra(dict(task="sts", path=str(f)))
 
-@needs_data
 def test_pair_swap_predictions_are_symmetric(tmp_path, small_data):
     "pair_swap: a cross-encoder trained on both orders predicts the mean over both, so swapping the sentences changes nothing"
     from minbert_nb.data import TaskDataset, load_split, make_loader
