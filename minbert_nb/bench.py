@@ -20,7 +20,7 @@ from .data import load_split
 __all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'time_interleaved', 'bench_sentences', 'load_pair', 'forward_fn', 'bench_loss',
            'train_step_fn', 'step_peak_mb', 'state_mb', 'bench_adamw', 'bench_models', 'format_table',
            'nonembedding_params', 'model_flops_per_token', 'gpu_peak_bf16_flops', 'bench_mfu', 'bench_epoch',
-           'minbert_bench']
+           'bench_peft', 'format_peft', 'minbert_bench']
 
 # %% ../nbs/18_bench.ipynb #d58ff085
 def _sync(device):
@@ -340,6 +340,42 @@ def bench_epoch(preset:str="quick", data_dir=None, bucket=(False, True), steps:i
     if len(bucket) == 2 and set(bucket) == {False, True}: r["epoch_bucket_speedup"] = r["epoch_bucket_ex_s"] / r["epoch_nobucket_ex_s"]
     return r
 
+# %% ../nbs/18_bench.ipynb #db923a1b
+def bench_peft(methods=("none", "pal", "prefix", "adapter", "lora", "dora"), modes=("pretrain", "finetune"), batch_size:int=32,
+               max_length:int=64, device=None, warmup:int=2, reps:int=7, data_dir=None, config:BertConfig|None=None, **sizes) -> dict:
+    "Median training-step seconds of the multitask model with each PEFT module and mode, and the ratio to no module"
+    from minbert_nb.multitask import ModelConfig, MultitaskBert
+    from minbert_nb.losses import sst_loss
+    device = default_device(device)
+    sentences, src = bench_sentences(batch_size, data_dir)
+    enc = tokenize(load_tokenizer(), sentences, max_length=max_length, device=device)
+    batch = dict(task="sst", a=enc, labels=torch.arange(batch_size, device=device) % 5)
+    fns, r = {}, dict(sentences=src, batch_size=batch_size, seq_len=int(enc["input_ids"].shape[1]), **_env(device, "fp32", warmup, reps))
+    for m in methods:
+        for mode in modes:
+            set_seed(0)
+            model = MultitaskBert(ModelConfig(tasks=("sst",), pooling="mean", peft=m, mode=mode, **sizes),
+                                  bert=BertModel(config) if config is not None else None).to(device).train()
+            opt = AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
+            def step(model=model, opt=opt):
+                loss = sst_loss(model(batch).pred, batch["labels"]); loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            fns[f"{m}/{mode}"] = step
+            r[f"{m}/{mode}/trainable"] = model.param_report()["trainable"]
+    t = time_interleaved(fns, warmup, reps, device)
+    for k, v in t.items(): r[f"{k}/step_s"] = statistics.median(v)
+    for k in t:
+        m, mode = k.split("/")
+        if f"none/{mode}" in t: r[f"{k}/ratio"] = r[f"{k}/step_s"] / r[f"none/{mode}/step_s"]
+    return r
+
+def format_peft(r:dict) -> str:
+    "A `bench_peft` result as a table: trainable parameters, step time, ratio to no module"
+    keys = sorted({k.rsplit("/", 1)[0] for k in r if k.endswith("/step_s")}, key=lambda k: (k.split("/")[1], k))
+    out = [f"{'module/mode':22s}{'trainable':>14s}{'step ms':>10s}{'x none':>8s}"]
+    for k in keys:
+        out.append(f"{k:22s}{r[k + '/trainable']:>14,d}{1000 * r[k + '/step_s']:>10.1f}{r.get(k + '/ratio', float('nan')):>8.2f}")
+    return "\n".join(out)
+
 # %% ../nbs/18_bench.ipynb #6968b18e
 @cli
 def minbert_bench(
@@ -357,6 +393,7 @@ def minbert_bench(
     data_dir:str=None,        # data folder (for real sentences and --epoch)
     mfu_batch_size:int=128,   # CUDA: batch size of the bert-base MFU benchmark (sequence length 128)
     skip_mfu:bool=False,      # CUDA: skip the bert-base MFU benchmark
+    peft:str=None,            # also time a training step with these PEFT modules, e.g. none,pal,prefix,adapter,lora,dora
 ):
     "Benchmark minBERT against transformers.BertModel (same checkpoint, batch, dtype and optimizer) and print the ratio"
     if threads: torch.set_num_threads(threads)
@@ -368,6 +405,9 @@ def minbert_bench(
     if epoch:
         e = bench_epoch(data_dir=data_dir, steps=epoch_steps or None, device=device)
         print(format_table(e)); r.update(e)
+    if peft:
+        p = bench_peft(tuple(x.strip() for x in peft.split(",")), device=device, warmup=warmup, reps=reps, data_dir=data_dir)
+        print(format_peft(p)); r.update({f"peft_{k}": v for k, v in p.items() if "/" in k})
     if json:
         from minbert_nb.train import write_json
         print(f"wrote {write_json(r, json)}")

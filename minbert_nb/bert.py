@@ -6,6 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/bert.html.md"""
 
 # %% ../nbs/02_bert.ipynb #f04f246a
 from __future__ import annotations
+import contextlib, contextvars
 from dataclasses import dataclass
 import torch
 from torch import nn
@@ -14,8 +15,8 @@ from .core import *
 from .attention import *
 
 # %% auto #0
-__all__ = ['BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler', 'BertModelOutput',
-           'BertModel', 'set_attn_implementation']
+__all__ = ['BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler', 'current_task',
+           'task_context', 'BertModelOutput', 'BertModel', 'set_attn_implementation']
 
 # %% ../nbs/02_bert.ipynb #b08417d7
 class BertEmbeddings(nn.Module):
@@ -67,16 +68,18 @@ class BertOutput(nn.Module):
 
 # %% ../nbs/02_bert.ipynb #b6aa9d9e
 class BertLayer(nn.Module):
-    "One transformer layer: attention block, then feed-forward block"
+    "One transformer layer: attention block, then feed-forward block; `parallel` is an optional branch beside the whole layer"
     def __init__(self, config:BertConfig):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
         self.output = BertOutput(config)
+        self.parallel = None    # hook: a module f(layer_input, mask) added to the residual before the last LayerNorm
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None):
         h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv)
-        return self.output(self.intermediate(h), h), probs
+        res = h if self.parallel is None else h + self.parallel(hidden_states, attention_mask)   # (B, T, C)
+        return self.output(self.intermediate(h), res), probs
 
 # %% ../nbs/02_bert.ipynb #6446103e
 class BertEncoder(nn.Module):
@@ -104,6 +107,20 @@ class BertPooler(nn.Module):
     def forward(self, hidden_states): return self.activation(self.dense(hidden_states[:, 0]))
 
 # %% ../nbs/02_bert.ipynb #90cd331a
+_TASK = contextvars.ContextVar("minbert_task", default=None)
+
+def current_task() -> str|None:
+    "The task of the `BertModel` call in progress (`task=` argument), or None"
+    return _TASK.get()
+
+@contextlib.contextmanager
+def task_context(task:str|None):
+    "Make `task` the `current_task()` inside the block (None: leave it as it is)"
+    if task is None: yield; return
+    token = _TASK.set(task)
+    try: yield
+    finally: _TASK.reset(token)
+
 @dataclass
 class BertModelOutput:
     "What `BertModel` returns"
@@ -120,6 +137,7 @@ class BertModel(nn.Module):
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config)
+        self.prefix_provider = None    # hook: a module f(batch_size) -> per-layer (keys, values), used when prefix_kv is None
         self.apply(self._init_weights)
 
     def _init_weights(self, m):
@@ -134,14 +152,17 @@ class BertModel(nn.Module):
             nn.init.ones_(m.weight); nn.init.zeros_(m.bias)
 
     def forward(self, input_ids:torch.Tensor, attention_mask:torch.Tensor|None=None, token_type_ids:torch.Tensor|None=None,
-                output_attentions:bool=False, output_hidden_states:bool=False, prefix_kv:list|None=None) -> BertModelOutput:
-        "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask"
-        x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
-        if attention_mask is not None and not output_attentions and bool(attention_mask.all()):
-            attention_mask = None    # no padding: without a mask, SDPA may use its fastest (flash) kernels
-        mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
-        h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)
-        return BertModelOutput(h, self.pooler(h), hs, at)
+                output_attentions:bool=False, output_hidden_states:bool=False, prefix_kv:list|None=None,
+                task:str|None=None) -> BertModelOutput:
+        "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
+        with task_context(task):
+            x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
+            if attention_mask is not None and not output_attentions and bool(attention_mask.all()):
+                attention_mask = None    # no padding: without a mask, SDPA may use its fastest (flash) kernels
+            mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
+            if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
+            h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)
+            return BertModelOutput(h, self.pooler(h), hs, at)
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):

@@ -12,7 +12,8 @@ from torch import nn
 import torch.nn.functional as F
 from .core import *
 from .bert import BertModel
-from .pretrained import load_bert
+from .pretrained import load_bert, random_bert
+from .peft import PeftConfig, inject_peft, set_trainable, param_report
 from .heads import *
 
 # %% auto #0
@@ -38,6 +39,18 @@ class ModelConfig:
     cosine_floor: float = -1.0       # cosine head: the cos mapped to STS 0 (-1: (cos+1)*5/2 as in the seeds; 0: sentence-transformers)
     mode: str = "finetune"           # finetune: train all | pretrain: backbone frozen
     pair_swap: bool = False          # cross-encoder pairs: train on a random order of the two sentences, predict the mean over both orders
+    random_init: bool = False        # build the backbone's architecture with random weights instead of loading its checkpoint
+    # --- PEFT modules (see 11_lora .. 11c_peft): attached to the backbone, saved with the model, rebuilt by load_run
+    peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
+    pal_size: int = 204              # PAL width (seed 000)
+    prefix_len: int = 10             # prefix length per layer (seed 000)
+    prefix_init: str = "random"      # random | hidden (from a real first batch of each task, seed 000)
+    prefix_mlp: bool = False         # prefix reparameterisation MLP (Li & Liang)
+    adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
+    lora_alpha: float = 32.0         # LoRA/DoRA alpha (seed 002)
+    lora_dropout: float = 0.0        # dropout on the LoRA branch
+    lora_targets: str = "query,value"  # linear layers for LoRA/DoRA: query,key,value,attention_output,intermediate,output
 
     def __post_init__(self):
         self.tasks = tuple(self.tasks)
@@ -48,8 +61,14 @@ class ModelConfig:
         for t, m in (self.pair_modes or {}).items():
             if t not in ("para", "sts") or m not in ("bi", "cross"):
                 raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys para/sts and values 'bi'/'cross'.")
+        self.peft_config()                   # validates the PEFT fields
         bad = [t for t in self.tasks if t not in TASK_OUTPUTS]
         if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASK_OUTPUTS)}.")
+
+    def peft_config(self) -> PeftConfig:
+        "The PEFT modules this model carries"
+        return PeftConfig(self.peft, self.pal_size, self.prefix_len, self.prefix_init, self.prefix_mlp, self.adapter_size,
+                          self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_targets)
 
     def mode_of(self, task:str) -> str:
         "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi' or 'cross'"
@@ -75,7 +94,9 @@ class MultitaskBert(nn.Module):
         self.cfg = cfg
         over = {k: v for k, v in dict(hidden_dropout_prob=cfg.hidden_dropout, attention_probs_dropout_prob=cfg.attention_dropout).items()
                 if v is not None}
-        self.bert = bert if bert is not None else load_bert(cfg.backbone, **over)
+        self.bert = bert if bert is not None else (random_bert if cfg.random_init else load_bert)(cfg.backbone, **over)
+        self.peft = cfg.peft_config()
+        if self.peft.methods: inject_peft(self.bert, self.peft, cfg.tasks)   # peft-style: the backbone is not told
         C, self.pad_id = self.bert.config.hidden_size, self.bert.config.pad_token_id   # the tokenizer's [PAD] id
         self.heads = nn.ModuleDict()
         for t in cfg.tasks:
@@ -88,22 +109,32 @@ class MultitaskBert(nn.Module):
         self.set_mode(cfg.mode)
 
     def set_mode(self, mode:str):
-        "'pretrain' freezes the backbone; 'finetune' trains everything"
+        "'pretrain' freezes the backbone (PEFT modules, and LayerNorms with adapters, still train); 'finetune' trains everything"
         if mode not in ("pretrain", "finetune"): raise ValueError(f"mode {mode!r}: expected 'pretrain' or 'finetune'.")
         self.cfg.mode = mode
-        for p in self.bert.parameters(): p.requires_grad_(mode == "finetune")
+        set_trainable(self, mode, self.peft.methods)
         return self
 
-    def embed(self, enc:dict) -> torch.Tensor:
-        "Sentence vectors (B, C) of an encoding dict"
-        return pool(self.bert(**enc), enc["attention_mask"], self.cfg.pooling)
+    def param_report(self) -> dict:
+        "Parameter counts: total, trainable, backbone_trainable, peft, heads (see `11c_peft`)"
+        return param_report(self)
 
-    def embed_pair(self, a:dict, b:dict):
+    @torch.no_grad()
+    def init_prefixes(self, batches:dict):
+        "Prefix tuning with `prefix_init='hidden'`: set each task's prefixes from its real batch (`batches[task]`)"
+        for t, b in batches.items(): self.bert.prefix_provider.init_from_hidden(self.bert, b["a"], t)
+        return self
+
+    def embed(self, enc:dict, task:str|None=None) -> torch.Tensor:
+        "Sentence vectors (B, C) of an encoding dict; `task` selects per-task PEFT modules"
+        return pool(self.bert(**enc, task=task), enc["attention_mask"], self.cfg.pooling)
+
+    def embed_pair(self, a:dict, b:dict, task:str|None=None):
         "Vectors `u`, `v` of two encodings, in a single BERT call"
         T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
         a, b = _pad_to(a, T, self.pad_id), _pad_to(b, T, self.pad_id)
         both = {k: torch.cat([a[k], b[k]]) for k in a}         # (2B, T)
-        e = self.embed(both)
+        e = self.embed(both, task)
         return e[:len(e) // 2], e[len(e) // 2:]
 
     def forward(self, batch:dict) -> TaskOutput:
@@ -111,10 +142,10 @@ class MultitaskBert(nn.Module):
         if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
         if self.cfg.mode_of(task) != "bi":
             if self.cfg.pair_swap and "a_swap" in batch: return self._both_orders(task, batch)
-            u = self.embed(batch["a"])
+            u = self.embed(batch["a"], task)
             out = self.heads[task](u)
             return TaskOutput(out.squeeze(-1) if task in ("para", "sts") else out, u)
-        u, v = self.embed_pair(batch["a"], batch["b"])
+        u, v = self.embed_pair(batch["a"], batch["b"], task)
         if task == "sts" and self.cfg.sts_head == "cosine": return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
 
@@ -122,12 +153,12 @@ class MultitaskBert(nn.Module):
         "Cross-encoder pair with its other order `a_swap`: one order per row at random in training, the mean of both in evaluation"
         a, s = batch["a"], batch["a_swap"]
         if not self.training:
-            u, v = self.embed_pair(a, s)                              # both orders in one BERT call
+            u, v = self.embed_pair(a, s, task)                        # both orders in one BERT call
             return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
         T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
         a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
         flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
-        u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a})
+        u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a}, task)
         return TaskOutput(self.heads[task](u).squeeze(-1), u)
 
     def decide(self, task:str, raw:torch.Tensor) -> torch.Tensor:

@@ -15,9 +15,10 @@ from .core import *
 from .bert import *
 
 # %% auto #0
-__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'CheckpointError', 'is_embedded', 'embedded_backbone_path',
-           'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict', 'normalize_hf_keys', 'LoadReport',
-           'load_weights', 'load_bert', 'load_tokenizer', 'tokenize', 'mean_pool', 'embed_sentences', 'minbert_demo']
+__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded',
+           'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
+           'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'load_tokenizer', 'tokenize',
+           'mean_pool', 'embed_sentences', 'minbert_demo']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -126,6 +127,19 @@ def load_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
     model = BertModel(cfg)
     model.load_report = load_weights(model, read_state_dict(wfile), source=str(wfile))
     model.checkpoint_path = path
+    return model
+
+# %% ../nbs/02a_pretrained.ipynb #fde83006
+KNOWN_CONFIGS = {   # architectures whose config.json is known here (the hub's bert-*-uncased), so no download is needed
+    "bert-base-uncased": dict(),
+    "bert-large-uncased": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096),
+}
+
+def random_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
+    "A `BertModel` with the architecture of checkpoint `name` and random weights (known hub ids need no download)"
+    cfg = (BertConfig(**{**KNOWN_CONFIGS[str(name)], **overrides}) if str(name) in KNOWN_CONFIGS
+           else BertConfig.from_json(resolve_checkpoint(name)/"config.json", **overrides))
+    model = BertModel(cfg); model.checkpoint_path = None
     return model
 
 # %% ../nbs/02a_pretrained.ipynb #d0480a17

@@ -16,9 +16,10 @@ from torch import nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import *
-from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded
+from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
 from .data import TASKS, DataError, load_split, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
 from .multitask import ModelConfig, MultitaskBert
+from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
@@ -30,7 +31,7 @@ from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_sta
 # %% auto #0
 __all__ = ['TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra', 'build_data', 'task_loss',
            'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run',
-           'config_from_args', 'parse_train_args', 'minbert_train', 'minbert_eval', 'minbert_predict']
+           'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
@@ -57,8 +58,20 @@ class TrainConfig:
     pair_features: str = "uv"        # uv | uvd | uvdp
     sts_head: str = "features"       # features | cosine
     cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
-    mode: str = "finetune"           # finetune | pretrain (backbone frozen)
+    mode: str = "finetune"           # finetune | pretrain (backbone frozen; PEFT modules and heads train)
     pair_swap: bool = False          # cross-encoder pairs: train on both sentence orders, predict the mean over both
+    random_init: bool = False        # the backbone's architecture with random weights (no checkpoint needed; for --dry_run)
+    # --- PEFT modules (see 11_lora .. 11c_peft); --mode pretrain trains only them (and LayerNorms with adapters) and the heads
+    peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
+    pal_size: int = 204              # PAL width s (seed 000)
+    prefix_len: int = 10             # prefix tuning: virtual tokens per layer (seed 000)
+    prefix_init: str = "random"      # random | hidden (keys/values of each task's first training batch, seed 000)
+    prefix_mlp: bool = False         # prefix tuning through Li & Liang's reparameterisation MLP
+    adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
+    lora_alpha: float = 32.0         # LoRA/DoRA alpha; the update is scaled by alpha / r (seed 002)
+    lora_dropout: float = 0.0        # dropout on the LoRA branch's input
+    lora_targets: str = "query,value"  # LoRA/DoRA layers: query,key,value,attention_output,intermediate,output
     # --- data
     max_length: int = 128            # tokens per sequence (a cross-encoder pair counts both sentences)
     batch_size: int = 16
@@ -95,6 +108,7 @@ class TrainConfig:
     predict_test: bool = True        # write test-set predictions at the end
     save_checkpoint: bool = True     # keep best.pt and last.pt in the run folder after the run
     checkpoint_every: int = 200      # optimizer steps between checkpoints (last.pt, for --resume); 0 = at epoch ends only
+    dry_run: bool = False            # build the model, write RUN_DIR/params.json and print it; read no data, train nothing
 
     def __post_init__(self):
         if isinstance(self.tasks, str): self.tasks = tuple(t.strip() for t in self.tasks.split(","))
@@ -158,6 +172,23 @@ for _t in ("sst", "cfimdb"):
                                      lr_heads=1e-3, hidden_dropout=0.3, bucket=True, schedule="constant", warmup=0)
     PRESETS[f"{_t}-finetune"] = dict(tasks=(_t,), mode="finetune", pooling="cls", epochs=10, batch_size=64 if _t == "sst" else 8,
                                      lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3, bucket=True, schedule="constant", warmup=0)
+# Seed 000, Table 4: backbone (Base BERT: [CLS], 2-layer heads; Sentence-BERT: mean pooling, cosine STS) x adaptation x mode,
+# at a scale that runs in minutes on 2 CPU cores with the embedded backbone (the quick preset's budget); the seed's sizes
+_T4_SCALE = dict(sampler="proportional", steps_per_epoch=240, epochs=1, batch_size=32, max_length=64, bucket=True, train_limit=8000,
+                 warmup=0.1, para_prior=0.369, predict_test=False, lr_heads=1e-3, lr_adapters=1e-3)
+_T4_BACKBONES = {"base": dict(pooling="cls", head_layers=2, pair_features="uv", sts_head="features", pair_mode="bi"),
+                 "sbert": dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="cosine", cosine_floor=0.0, pair_mode="bi")}
+for _b, _bk in _T4_BACKBONES.items():
+    for _a in ("none", "pal", "prefix", "adapter"):
+        for _m in ("pretrain", "finetune"):
+            PRESETS[f"000-t4-{_b}-{_a}-{_m}"] = dict(_T4_SCALE, **_bk, peft=_a, mode=_m, lr_backbone=5e-5,
+                                                     pal_size=204, prefix_len=10, prefix_init="hidden", adapter_size=64)
+# Seed 002: LoRA / DoRA, r 16, alpha 32 on query and value, lr 2e-4, linear schedule, annealed sampling with SST/STS up-weighted;
+# only the low-rank modules and the heads train (the CPU scale of the Table 4 presets)
+for _p in ("lora", "dora"):
+    PRESETS[f"002-{_p}"] = dict(_T4_SCALE, **_T4_BACKBONES["sbert"], peft=_p, mode="pretrain", lora_r=16, lora_alpha=32.0,
+                                lora_targets="query,value", lr_adapters=2e-4, schedule="linear", sampler="annealed",
+                                upweight={"sst": 2, "sts": 2})
 GPU_PRESETS = {"sbert-bert-base": dict(PRESETS["sbert"], backbone="bert-base-uncased")}
 PRESETS.update(GPU_PRESETS)
 
@@ -322,7 +353,10 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     if cfg.compile: fwd = torch.compile(fwd, dynamic=True)
     bias, train_prior = _para_bias(data["train"].get("para"), cfg.para_prior)
     model.para_logit_bias.fill_(bias)
-    n_train, n_all = count_params(model, trainable=True), count_params(model)
+    if not resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
+        model.init_prefixes({t: to_device(next(iter(make_loader(ds, cfg.batch_size))), device) for t, ds in data["train"].items()})
+    counts = model.param_report()
+    n_train, n_all = counts["trainable"], counts["total"]
     opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay))
     sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in train_dl.items()}, cfg.epochs)
     total_updates = optimizer_updates(sched, cfg.epochs, cfg.grad_accum)   # what the loop below takes: the schedule ends at the last one
@@ -428,7 +462,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     metrics = dict(st["best_metrics"])
     metrics.update(split="dev" + (f" (random sample of at most {cfg.dev_limit} rows per task)" if cfg.dev_limit else ""),
                    backbone=str(resolve_checkpoint(cfg.backbone)) if cfg.backbone is None else cfg.backbone,
-                   best_epoch=st["best_epoch"], epochs=cfg.epochs, trainable_params=n_train, total_params=n_all,
+                   best_epoch=st["best_epoch"], epochs=cfg.epochs, trainable_params=n_train, total_params=n_all, params=counts,
                    train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
                    para_logit_bias=bias, para_train_prior=train_prior, para_prior=cfg.para_prior, skipped_rows=skipped,
                    train_files=data["files"], device=str(device), wall_time_s=wall0 + time.time() - t0,
@@ -488,7 +522,8 @@ def parse_train_args(argv=None) -> tuple:
     for f in fields(TrainConfig):
         if f.name == "preset": continue
         names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        p.add_argument(*names, dest=f.name, default=argparse.SUPPRESS, type=_parse_value,
+        flag = type(f.default) is bool      # --dry_run alone means true; --dry_run false still works
+        p.add_argument(*names, dest=f.name, default=argparse.SUPPRESS, type=_parse_value, **(dict(nargs="?", const=True) if flag else {}),
                        metavar=type(f.default).__name__.upper() if f.default is not None else "VALUE",
                        help=f"{docs.get(f.name) or ''} (default {f.default!r})")
     a = vars(p.parse_args(argv))
@@ -513,15 +548,27 @@ def parse_train_args(argv=None) -> tuple:
 def _check_hardware(cfg:TrainConfig):
     dev = default_device(cfg.device)
     big = not is_embedded(cfg.backbone)
-    if big: resolve_checkpoint(cfg.backbone)   # fails clearly offline
+    if big and not (cfg.random_init and str(cfg.backbone) in KNOWN_CONFIGS): resolve_checkpoint(cfg.backbone)   # fails clearly offline
+    if cfg.dry_run: return
     if big and dev.type == "cpu":
         warnings.warn(f"backbone {cfg.backbone} on CPU: a full run of preset {cfg.preset} takes days; use a GPU (--device cuda).")
+
+def dry_run(cfg:TrainConfig) -> dict:
+    "Build the model of `cfg` (no data, no training), write `RUN_DIR/params.json` and print the counts"
+    run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-dry-{time.strftime('%Y%m%d-%H%M%S')}")
+    model = MultitaskBert(cfg.model_config())
+    r = model.param_report()
+    write_json(r, run/"params.json")
+    print(f"{cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
+          f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
+    return r
 
 def minbert_train(argv=None):
     "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"
     cfg, resume = parse_train_args(argv)
     try:
         _check_hardware(cfg)
+        if cfg.dry_run: dry_run(cfg); return
         if dist_env()[0] == 0:   # fetch what the run lacks (rank 0 only under torchrun), or stop with one message that says how
             opt = ("test",) if cfg.predict_test else ()   # test files are fetched when possible; a run never needs them
             cfg.data_dir = str(ensure_data(cfg.data_dir, cfg.tasks, ("train", "dev"), download=cfg.download, optional=opt))
