@@ -138,7 +138,7 @@ RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "sa
 def config_diff(saved:dict, current:dict, free=RESUME_FREE_FIELDS) -> dict:
     "Fields (other than `free` ones) whose values differ: `{field: (saved, current)}`"
     norm = lambda v: list(v) if isinstance(v, tuple) else v
-    keys = (set(saved) | set(current)) - set(free)
+    keys = set(saved) - set(free)   # a field newer than the checkpoint ran at its default then: only the saved fields are compared
     return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if norm(saved.get(k)) != norm(current.get(k))}
 
 def check_resume_compatible(saved:dict, current:dict, path):

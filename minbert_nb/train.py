@@ -396,7 +396,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                         if world == 1: raise FloatingPointError(bad)
                     # with several ranks, a rank that stopped here would leave the others blocked in the gradient all-reduce:
                     # every rank finishes the step, and they stop together below
-                    (loss / cfg.grad_accum).backward()
+                    # a loss with nothing to train (e.g. the parameter-free cosine STS head on a frozen backbone) adds no gradient
+                    if loss.requires_grad: (loss / cfg.grad_accum).backward()
                     loss_sum += loss.item()
                     st["n_ex"] += len(batch["ids"]) * world; st["n_tok"] += batch["n_tokens"] * world; st["n_pad"] += batch["n_pad"] * world
                 if world > 1:   # the logged loss is the global batch's; a stop asked, or a bad loss, on any rank stops all

@@ -61,16 +61,16 @@ def test_fully_masked_row_is_finite_under_bf16_autocast(impl):
 
 
 def test_grad_accum_schedule_covers_every_update(tmp_path, small_data, monkeypatch):
-    "10 steps per epoch with grad_accum 3 take 4 updates per epoch; every one must run at a learning rate above zero"
+    "4 steps per epoch with grad_accum 3 take 2 updates per epoch; every one must run at a learning rate above zero"
     lrs = []
     step = T.AdamW.step
     def spy(self, *a, **k):
         lrs.append(self.param_groups[0]["lr"]); return step(self, *a, **k)
     monkeypatch.setattr(T.AdamW, "step", spy)
-    cfg = preset_config("quick", out=str(tmp_path/"r"), data_dir=str(small_data), epochs=2, steps_per_epoch=10, grad_accum=3,
-                        batch_size=2, train_limit=20, dev_limit=8, eval_batch_size=8, warmup=0.0, save_checkpoint=False)
+    cfg = TrainConfig(tasks=("sst",), out=str(tmp_path/"r"), data_dir=str(small_data), epochs=2, steps_per_epoch=4, grad_accum=3,
+                      batch_size=2, train_limit=8, dev_limit=4, eval_batch_size=4, warmup=0.0, save_checkpoint=False)
     train(cfg, progress=False)
-    assert len(lrs) == 8 and min(lrs) > 0, lrs
+    assert len(lrs) == 4 and min(lrs) > 0, lrs          # 2 updates per epoch; the old plan had ceil(8 / 3) = 3
 
 
 # ---------------------------------------------------------------- configs and names

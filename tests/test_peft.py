@@ -91,26 +91,24 @@ def test_prefix_tasks_attend_differently_and_hidden_init_uses_real_activations(b
     assert torch.allclose(pre.prefix_kv["sst"][3, 1], lay.split_heads(lay.value(real)[None])[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("peft", ["lora", "prefix", "pal", "adapter"])
-def test_pretrain_keeps_the_backbone_finetune_changes_it(tmp_path, small_data, peft):
+def test_pretrain_keeps_the_backbone_finetune_changes_it(tmp_path, small_data):
+    "All four kinds of module at once (LoRA wraps q/v, adapters wrap the output projections, PALs and prefixes sit beside)"
     base = {k: v.clone() for k, v in load_bert().state_dict().items()}
     out = {}
     for mode in ("pretrain", "finetune"):
         cfg = preset_config("quick", out=str(tmp_path/mode), data_dir=str(small_data), steps_per_epoch=3, batch_size=4, train_limit=16,
-                            dev_limit=8, eval_batch_size=8, peft=peft, mode=mode, lora_r=2, pal_size=24, prefix_len=2, adapter_size=4,
-                            prefix_init="hidden" if peft == "prefix" else "random")
+                            dev_limit=8, eval_batch_size=8, peft="lora,adapter,pal,prefix", mode=mode, lora_r=2, pal_size=24,
+                            prefix_len=2, adapter_size=4, prefix_init="hidden")
         m = train(cfg, progress=False)
         assert m["params"]["peft"] > 0
         sd = load_checkpoint(tmp_path/mode/"last.pt")["model"]
-        # the backbone's own weights, under their wrapped names (LoRA and adapters wrap a layer: NAME -> NAME.base_layer)
-        out[mode] = {k: sd["bert." + k] for k in base} if peft in ("prefix", "pal") else None
-        if peft == "lora": out[mode] = {k: sd["bert." + _lora_name(k)] for k in base}
-        if peft == "adapter": out[mode] = {k: sd["bert." + _adapter_name(k)] for k in base}
-    frozen = [k for k in base if not (peft == "adapter" and ".LayerNorm." in k)]
+        out[mode] = {k: sd["bert." + _adapter_name(_lora_name(k))] for k in base}   # wrapped layers: NAME -> NAME.base_layer
+    frozen = [k for k in base if ".LayerNorm." not in k]                            # with adapters the LayerNorms train
     assert all(torch.equal(out["pretrain"][k], base[k]) for k in frozen)            # bit-identical
+    assert any(not torch.equal(out["pretrain"][k], base[k]) for k in base if ".LayerNorm." in k)
     assert any(not torch.equal(out["finetune"][k], base[k]) for k in frozen)
     model, cfg = load_run(tmp_path/"pretrain", "cpu")                                # rebuilt with its modules; weights load by name
-    assert cfg.peft == peft and any(is_peft_param(n) for n, _ in model.named_parameters())
+    assert cfg.peft == "lora,adapter,pal,prefix" and {n.split("_")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if is_peft_param(n)} >= {"lora", "adapter", "pal", "prefix"}
 
 
 def _lora_name(k):
@@ -129,3 +127,10 @@ def test_dry_run_offline_bert_base(tmp_path):
     assert json.loads((tmp_path/"params.json").read_text()) == r
     assert r["peft"] == 3 * 12 * 2 * (2 * 768 * 64 + 64 + 768)
     assert set(r) == {"total", "trainable", "backbone_trainable", "peft", "heads"}
+
+
+def test_pretrain_with_a_parameter_free_sts_head(tmp_path, small_data):
+    "Sentence-BERT in pretrain mode without a module: the cosine STS head has nothing to train, and the run still trains the rest"
+    m = train(preset_config("000-t4-sbert-none-pretrain", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=6, batch_size=4,
+                            train_limit=16, dev_limit=8, eval_batch_size=8, sampler="round_robin"), progress=False)
+    assert m["params"]["peft"] == 0 and m["params"]["trainable"] == m["params"]["heads"] and "sts_corr" in m
