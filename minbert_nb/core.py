@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'count_params',
-           'to_device', 'cli_parser', 'cli']
+__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_bf16_supported',
+           'tune_cpu_allocator', 'count_params', 'to_device', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #7ae4e190
 # Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
@@ -114,6 +114,24 @@ def default_device(device:str|torch.device|None=None) -> torch.device:
     if torch.cuda.is_available(): return torch.device("cuda")
     if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available(): return torch.device("mps")
     return torch.device("cpu")
+
+# %% ../nbs/00_core.ipynb #ea4b9464
+def cpu_bf16_supported() -> bool:
+    "Whether this CPU has native bf16 arithmetic (AVX-512 BF16 or AMX), as PyTorch's CPU feature probe reports"
+    probes = [getattr(torch.cpu, n, None) for n in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(bool(p()) for p in probes if p is not None)
+
+# %% ../nbs/00_core.ipynb #6f537de6
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc mallopt parameters (malloc.h)
+
+def tune_cpu_allocator(mmap_threshold:int=1 << 30, trim_threshold:int=(1 << 31) - 1) -> bool:
+    "Keep freed training buffers in the process (glibc `mallopt`); True if applied"
+    if os.environ.get("MINBERT_MALLOC", "").lower() == "default" or not sys.platform.startswith("linux"): return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+    except (OSError, AttributeError): return False   # not glibc (musl, macOS): nothing to tune
 
 # %% ../nbs/00_core.ipynb #28b80540
 def count_params(model:torch.nn.Module, trainable:bool=False) -> int:

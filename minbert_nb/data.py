@@ -417,22 +417,41 @@ def collate(items:list, task, pad_id:int=0) -> dict:
 class BucketBatchSampler(Sampler):
     "Batches of indices of similar `lengths`, reshuffled reproducibly per `(seed, epoch)`"
     def __init__(self, lengths, batch_size:int, shuffle:bool=True, seed:int=0, drop_last:bool=False, bucket_size_multiplier:int|None=50,
-                 num_replicas:int=1, rank:int=0):
+                 num_replicas:int=1, rank:int=0, pool:tuple|None=None):
         if batch_size < 1: raise ValueError(f"batch_size={batch_size}: expected at least 1.")
         self.lengths, self.batch_size, self.shuffle, self.seed = np.asarray(lengths), batch_size, shuffle, seed
         self.drop_last, self.mult, self.epoch = drop_last, bucket_size_multiplier, 0
         if not 0 <= rank < num_replicas: raise ValueError(f"rank={rank} is outside 0..{num_replicas - 1}.")
         self.num_replicas, self.rank = num_replicas, rank
+        self.pool = None
+        if pool is not None:   # (n_always, per_pass): the first n_always indices every pass, plus per_pass of the others
+            n_always, per = int(pool[0]), pool[1]
+            if not 0 <= n_always <= len(self.lengths): raise ValueError(f"pool={pool}: n_always must lie in 0..{len(self.lengths)}.")
+            n_opt = len(self.lengths) - n_always
+            self.pool = (n_always, n_opt if per is None else max(0, min(int(per), n_opt)))
 
     def set_epoch(self, epoch:int):
         "Use the order of `epoch` on the next iteration"
         self.epoch = epoch
 
+    def indices(self) -> np.ndarray:
+        "The indices this epoch uses: all of them, or with a `pool` the always-used ones and this epoch's draw of the others"
+        if self.pool is None: return np.arange(len(self.lengths))
+        n_always, per = self.pool
+        n_opt = len(self.lengths) - n_always
+        if per == n_opt: return np.arange(len(self.lengths))
+        # one shuffle of the optional indices per cycle, cut into consecutive epochs: every optional index once per cycle
+        per_cycle = max(n_opt // per, 1) if per else 1
+        cycle, j = divmod(self.epoch, per_cycle)
+        perm = np.random.default_rng([self.seed, cycle, 7919]).permutation(n_opt)
+        return np.concatenate([np.arange(n_always), n_always + np.sort(perm[j * per:(j + 1) * per])])
+
     def batches(self) -> list:
         "This epoch's batches (lists of indices)"
-        n, bs = len(self.lengths), self.batch_size
+        use, bs = self.indices(), self.batch_size
+        n = len(use)
         rng = np.random.default_rng([self.seed, self.epoch])
-        idx = rng.permutation(n) if self.shuffle else np.arange(n)
+        idx = use[rng.permutation(n)] if self.shuffle else use
         if self.mult:
             chunk = bs * self.mult
             idx = np.concatenate([c[np.argsort(self.lengths[c], kind="stable")] for c in np.split(idx, range(chunk, n, chunk))]) if n else idx
@@ -448,7 +467,9 @@ class BucketBatchSampler(Sampler):
         return b[self.rank::self.num_replicas]
 
     def __iter__(self): return iter(self.batches())
-    def __len__(self): return len(self.lengths) // self.batch_size if self.drop_last else math.ceil(len(self.lengths) / self.batch_size)
+    def __len__(self):
+        n = len(self.lengths) if self.pool is None else sum(self.pool)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
 # %% ../nbs/04_data.ipynb #5a620648
 def make_loader(ds:TaskDataset, batch_size:int, shuffle:bool=False, bucket:bool=False, seed:int=0, drop_last:bool=False,
@@ -456,7 +477,7 @@ def make_loader(ds:TaskDataset, batch_size:int, shuffle:bool=False, bucket:bool=
     "A `DataLoader` over `ds` with dynamic padding (`collate`), optional shuffling and length bucketing"
     sampler = BucketBatchSampler(ds.lengths, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                  bucket_size_multiplier=(50 if bucket is True else int(bucket)) if bucket else None,
-                                 num_replicas=num_replicas, rank=rank)
+                                 num_replicas=num_replicas, rank=rank, pool=getattr(ds, "pool", None) if shuffle else None)
     # Its own generator: creating an iterator draws a seed from the loader's generator, which would otherwise be PyTorch's
     # global one, so each new pass would shift the dropout stream and a resumed run would not repeat the original.
     return DataLoader(ds, batch_sampler=sampler, collate_fn=partial(collate, task=ds.task.name, pad_id=ds.pad_id),

@@ -139,6 +139,7 @@ class MultitaskBert(nn.Module):
 
     def forward(self, batch:dict) -> TaskOutput:
         task = batch["task"]
+        if task == "contrastive": return self._contrastive(batch)
         if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
         if self.cfg.mode_of(task) != "bi":
             if self.cfg.pair_swap and "a_swap" in batch: return self._both_orders(task, batch)
@@ -148,6 +149,11 @@ class MultitaskBert(nn.Module):
         u, v = self.embed_pair(batch["a"], batch["b"], task)
         if task == "sts" and self.cfg.sts_head == "cosine": return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
+
+    def _contrastive(self, batch:dict) -> TaskOutput:
+        "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): STS's bi-encoder embedding"
+        u, v = self.embed_pair(batch["a"], batch["b"], "sts" if "sts" in self.cfg.tasks else self.cfg.tasks[0])
+        return TaskOutput(None, u, v)
 
     def _both_orders(self, task:str, batch:dict) -> TaskOutput:
         "Cross-encoder pair with its other order `a_swap`: one order per row at random in training, the mean of both in evaluation"

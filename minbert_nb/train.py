@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import *
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
-from .data import TASKS, DataError, load_split, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
+from .data import TASKS, DataError, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
+from .trees import load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .multitask import ModelConfig, MultitaskBert
 from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
@@ -29,11 +30,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
 
 # %% auto #0
-__all__ = ['TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra', 'build_data', 'task_loss',
-           'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run',
-           'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra',
+           'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'write_json', 'plot_history',
+           'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args', 'parse_train_args',
+           'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
+CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
 
 @dataclass
@@ -81,6 +84,10 @@ class TrainConfig:
     dev_limit: int|None = None       # evaluate on at most this many dev rows per task (quick runs); None = full dev
     sick: bool = False               # add SICK 2014 train to STS (seed 000, Table 11)
     extra_train: list|None = None    # more training files, no code: [{"task": "sts", "path": "x.tsv", "columns": {...}, "sep": "\t", "label_range": [1, 5]}]
+    sst_phrases: bool = False        # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04a_trees)
+    phrase_min_tokens: int = 1       # ... those of at least this many tokens (deduplicated; never a training sentence's own text)
+    phrases_per_epoch: int|None = None  # phrases drawn per pass over SST, every sentence always included; None = every phrase
+    quora_extra_2: bool = False      # Quora also trains on extra/quora-extra-train-2.csv (9,866 more pairs; offline data)
     skip_bad_rows: bool = False      # skip (and count) malformed data rows instead of stopping
     download: bool = True            # minbert_train: fetch missing CS224N files (checked) before training; false = stop with a message
     # --- task schedule (see 07_samplers)
@@ -97,12 +104,16 @@ class TrainConfig:
     warmup: float = 0.1              # fraction of steps (or a step count if > 1)
     grad_clip: float|None = 1.0      # max global gradient norm; None = no clipping
     grad_accum: int = 1              # optimizer step every k batches
-    amp: str = "auto"                # auto (bf16 on CUDA, off elsewhere) | bf16 | off
+    amp: str = "auto"                # auto (bf16 on CUDA and on CPUs with native bf16, see 00_core; off elsewhere) | bf16 | off
     compile: bool = False            # torch.compile the model (PyTorch 2; first steps are slow while it compiles)
     # --- losses
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}
     mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (seed 002)
-    mnrl_scale: float = 20.0         # seed 002's scale
+    mnrl_scale: float = 20.0         # seed 002's scale (also the contrastive objective's)
+    contrastive_weight: float = 0.0  # MNRL on batches of positive pairs through the shared encoder, added to every contrastive_every-th step
+    contrastive_sources: str = "quora-positives,para,sts"  # extra/quora-extra-positives.csv, Quora training duplicates, STS training pairs >= 4
+    contrastive_batch: int = 64      # pairs per contrastive batch (the other pairs of the batch are each pair's negatives)
+    contrastive_every: int = 1       # a contrastive batch every k steps
     para_prior: float|None = None    # correct Quora predictions to this positive rate (prior shift; see below)
     # --- output
     predict_test: bool = True        # write test-set predictions at the end
@@ -116,7 +127,9 @@ class TrainConfig:
         self.model_config()   # validates the model fields
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
-        for k in ("epochs", "batch_size", "grad_accum"):
+        bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
+        if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
+        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every"):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
 
     def _check_types(self):
@@ -214,9 +227,39 @@ def read_extra(spec:dict, skip_bad_rows:bool=False) -> pd.DataFrame:
     return read_generic(spec["path"], spec["task"], spec["columns"], sep=spec.get("sep"), label_transform=lt,
                         skip_bad_rows=skip_bad_rows, id_prefix=spec.get("id_prefix", Path(spec["path"]).stem + "-"))
 
+def with_phrases(df:pd.DataFrame, cfg:TrainConfig) -> tuple:
+    "SST training rows `df` followed by the training trees' phrases; returns the rows and the loader's `pool`"
+    ph = tree_phrases(load_sst_trees(cfg.data_dir), cfg.phrase_min_tokens)
+    ph = ph[~ph.sentence1.isin(set(df.sentence1))]          # a phrase that is a whole training sentence is that sentence
+    rows = pd.DataFrame(dict(id=[f"phrase-{i}" for i in ph.index], sentence1=ph.sentence1.to_numpy(), label=ph.label.to_numpy()))
+    out = pd.concat([df, rows], ignore_index=True); out.attrs = dict(df.attrs, phrases=len(rows))
+    return out, (len(df), cfg.phrases_per_epoch)
+
+def _quora_extra_2(cfg:TrainConfig) -> pd.DataFrame:
+    p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-train-2.csv"
+    if not p.is_file(): raise FileNotFoundError(f"{p}: not found; quora_extra_2=True trains on it. Point --data_dir / MINBERT_DATA at a "
+                                                "folder whose extra/ has it, or run with --quora_extra_2 false.")
+    return read_task_file(p, "para", labelled=True)
+
+def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
+    "Positive pairs for the contrastive objective from `cfg.contrastive_sources`; `train`: the tasks' training rows"
+    parts = []
+    for src in cfg.contrastive_sources.split(","):
+        if src == "quora-positives":
+            p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-positives.csv"
+            if not p.is_file(): raise FileNotFoundError(f"{p}: not found; contrastive_sources names quora-positives. Point --data_dir at "
+                                                        "a folder whose extra/ has it, or leave it out of --contrastive_sources.")
+            parts.append(read_task_file(p, "para", labelled=True).query("label == 1"))
+        elif src in train: parts.append(train[src][train[src].label >= (4.0 if src == "sts" else 1)])
+    if not parts: raise ValueError(f"contrastive_sources={cfg.contrastive_sources!r} gives no pairs with tasks {cfg.tasks}.")
+    df = pd.concat([p[["id", "sentence1", "sentence2"]] for p in parts], ignore_index=True)
+    key = [tuple(sorted((a.lower(), b.lower()))) for a, b in zip(df.sentence1, df.sentence2)]
+    df = df[~pd.Series(key).duplicated().to_numpy()].reset_index(drop=True)
+    return df.assign(label=1.0)
+
 def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
-    "Tokenized datasets `{split: {task: TaskDataset}}` and the files they came from"
-    mcfg, out, files = cfg.model_config(), {}, {}
+    "Tokenized datasets `{split: {task: TaskDataset}}`, the contrastive pairs (if asked) and the files they came from"
+    mcfg, out, files, train_rows = cfg.model_config(), {}, {}, {}
     for split in splits:
         out[split] = {}
         for t in cfg.tasks:
@@ -228,25 +271,42 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
             if split == "train" and t == "sts" and cfg.sick:
                 sick = read_sick(find_data_dir(cfg.data_dir)/"extra"/"sick2014", "train")
                 paths.append(str(sick.attrs.get("path"))); df = pd.concat([df, sick], ignore_index=True)
+            if split == "train" and t == "para" and cfg.quora_extra_2:
+                q2 = _quora_extra_2(cfg); paths.append(str(q2.attrs["path"])); df = pd.concat([df, q2], ignore_index=True)
+            if split == "train" and t == "sst" and cfg.sst_phrases:   # the trees must be these sentences, in this order
+                check_tree_sentences(load_sst_trees(cfg.data_dir), df)
             if split == "train":
                 for ex in (e for e in (cfg.extra_train or []) if e.get("task") == t):
                     extra = read_extra(ex, cfg.skip_bad_rows)
                     paths.append(str(extra.attrs.get("path"))); df = pd.concat([df, extra], ignore_index=True)
             df = _limit(df, cfg.train_limit if split == "train" else cfg.dev_limit if split == "dev" else None, cfg.seed)
+            pool = None
+            if split == "train":
+                train_rows[t] = df
+                if t == "sst" and cfg.sst_phrases:
+                    df, pool = with_phrases(df, cfg); paths.append(str(sst_trees_path(cfg.data_dir)))
+                    files["sst_train_phrases"] = df.attrs["phrases"]
             mode = mcfg.mode_of(t)
             out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="cross" if mode == "cross" else "bi",
                                         swap=mcfg.pair_swap)
+            if pool is not None: out[split][t].pool = pool   # make_loader: every sentence each pass, phrases_per_epoch phrases
             files[f"{t}_{split}"] = paths if len(paths) > 1 else paths[0]
             files[f"{t}_{split}_rows"] = len(df)
             if df.attrs.get("skipped"): files[f"{t}_{split}_skipped_rows"] = df.attrs["skipped"]
+    if cfg.contrastive_weight and "train" in splits:
+        pos = contrastive_pairs(cfg, train_rows)
+        out["contrastive"] = TaskDataset(pos, "para", tokenizer, cfg.max_length, pair_mode="bi")
+        files["contrastive_pairs"] = len(pos)
     out["files"] = files
     return out
+
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
     "Loss of `model` on one task's `batch`"
     task, y = batch["task"], batch["labels"]
     out = model(batch)
+    if task == "contrastive": return cfg.contrastive_weight * mnrl_loss(out.u.float(), out.v.float(), scale=cfg.mnrl_scale)
     if task in ("sst", "cfimdb"): loss = sst_loss(out.pred.float(), y)
     elif task == "para": loss = para_loss(out.pred.float(), y.float())
     else: loss = sts_loss(out.pred.float(), y)
@@ -284,7 +344,7 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
 def _amp_dtype(cfg, device):
     if cfg.amp == "off": return None
     if cfg.amp == "bf16": return torch.bfloat16
-    return torch.bfloat16 if device.type == "cuda" else None
+    return torch.bfloat16 if device.type == "cuda" or (device.type == "cpu" and cpu_bf16_supported()) else None
 
 def _score(m:dict) -> float:
     if "overall" in m: return m["overall"]
@@ -337,6 +397,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                               "or choose another --out.")
     elif main: write_json(asdict(cfg), run/"config.json")
     amp_dtype = _amp_dtype(cfg, device)
+    if device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
 
     tok = load_tokenizer(cfg.backbone)
     data = build_data(cfg, tok, ("train", "dev"))
@@ -345,6 +406,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     mk = lambda ds, bs, shuffle, **kw: make_loader(ds, bs, shuffle=shuffle, bucket=cfg.bucket, seed=cfg.seed,
                                                    pin_memory=device.type == "cuda", **kw)
     train_dl = {t: mk(ds, cfg.batch_size, True, num_replicas=world, rank=rank) for t, ds in data["train"].items()}  # rank's slice
+    pos_dl = {"contrastive": mk(data["contrastive"], cfg.contrastive_batch, True, num_replicas=world, rank=rank)} if "contrastive" in data else {}
     dev_dl = {t: mk(ds, cfg.eval_batch_size, False) for t, ds in data["dev"].items()}
 
     model = MultitaskBert(cfg.model_config()).to(device)
@@ -361,7 +423,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in train_dl.items()}, cfg.epochs)
     total_updates = optimizer_updates(sched, cfg.epochs, cfg.grad_accum)   # what the loop below takes: the schedule ends at the last one
     lr_sched = make_scheduler(opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
-    iters = TaskIterators(train_dl, seed=cfg.seed)
+    iters = TaskIterators({**train_dl, **pos_dl}, seed=cfg.seed)
     # st: the loop's progress; saved in every checkpoint so that a resumed run continues exactly
     st = dict(epoch=1, i=0, step=0, history=[], best=None, best_epoch=None, best_metrics=None,
               losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0, wall=0.0)
@@ -385,8 +447,10 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                        mininterval=1.0, dynamic_ncols=True)
             for i in range(st["i"], len(plan)):
                 tasks, loss_sum, bad = plan[i], 0.0, None
-                for t in tasks:
+                extra = ("contrastive",) if pos_dl and i % cfg.contrastive_every == 0 else ()   # a batch of positive pairs
+                for t in tuple(tasks) + extra:
                     batch = to_device(iters.next(t), device)
+                    if t == "contrastive": batch["task"] = t
                     with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
                         loss = task_loss(fwd, batch, cfg)
                     if bad is None and not torch.isfinite(loss):
@@ -399,6 +463,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                     # a loss with nothing to train (e.g. the parameter-free cosine STS head on a frozen backbone) adds no gradient
                     if loss.requires_grad: (loss / cfg.grad_accum).backward()
                     loss_sum += loss.item()
+                    if t == "contrastive": continue   # examples/s and padding count the tasks' batches
                     st["n_ex"] += len(batch["ids"]) * world; st["n_tok"] += batch["n_tokens"] * world; st["n_pad"] += batch["n_pad"] * world
                 if world > 1:   # the logged loss is the global batch's; a stop asked, or a bad loss, on any rank stops all
                     t_ = torch.tensor([loss_sum / world, float(stop.requested), float(bad is not None)], dtype=torch.float64, device=device)
@@ -466,7 +531,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                    best_epoch=st["best_epoch"], epochs=cfg.epochs, trainable_params=n_train, total_params=n_all, params=counts,
                    train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
                    para_logit_bias=bias, para_train_prior=train_prior, para_prior=cfg.para_prior, skipped_rows=skipped,
-                   train_files=data["files"], device=str(device), wall_time_s=wall0 + time.time() - t0,
+                   train_files=data["files"], device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32", wall_time_s=wall0 + time.time() - t0,
                    resumed=bool(resume), world_size=world, preset=cfg.preset, code=code)
     write_json(metrics, run/"metrics.json")
     if not cfg.save_checkpoint:

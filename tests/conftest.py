@@ -17,6 +17,10 @@ def small_data(tmp_path_factory):
         (d / sub).mkdir()
         for f in (SAMPLE / sub).glob("*.csv"):
             (d / sub / f.name).write_text("".join(f.read_text().splitlines(keepends=True)[:SMALL_N + 1]))
+    # The SST training trees, cut at the same rows: line i is the tree of ids-sst-train.csv's row i (no header here)
+    trees = (SAMPLE / "extra" / "sst-trees" / "train.txt").read_text(encoding="utf-8").split("\n")
+    (d / "extra" / "sst-trees").mkdir()
+    (d / "extra" / "sst-trees" / "train.txt").write_text("".join(s + "\n" for s in trees[:SMALL_N]), encoding="utf-8")
     return d
 
 
