@@ -20,7 +20,7 @@ from .data import load_split
 __all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'time_interleaved', 'bench_sentences', 'load_pair', 'forward_fn', 'bench_loss',
            'train_step_fn', 'step_peak_mb', 'state_mb', 'bench_adamw', 'bench_models', 'format_table',
            'nonembedding_params', 'model_flops_per_token', 'gpu_peak_bf16_flops', 'bench_mfu', 'bench_epoch',
-           'bench_peft', 'format_peft', 'minbert_bench']
+           'bench_peft', 'format_peft', 'bench_dtypes', 'format_dtypes', 'minbert_bench']
 
 # %% ../nbs/18_bench.ipynb #d58ff085
 def _sync(device):
@@ -211,6 +211,7 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
                  adamw:bool=True) -> dict:
     "minBERT vs `transformers.BertModel` on one batch of `batch_size` real sentences: throughputs, ratios, peak memory"
     device = default_device(device)
+    tuned = device.type == "cpu" and tune_cpu_allocator()   # as training does (00_core): freed step buffers are reused
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     if dtype not in ("fp32", "bf16"): raise ValueError(f"dtype={dtype!r}: expected 'fp32' or 'bf16'.")
     src = "given sentences"
@@ -224,7 +225,7 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
     r = dict(backbone=f"random weights {config.num_hidden_layers}x{config.hidden_size}" if config is not None
              else str(resolve_checkpoint(backbone)) if backbone else "all-MiniLM-L6-v2 (embedded)",
              **_env(device, dtype, warmup, reps), batch_size=bs, seq_len=T, sentences=src,
-             padding_fraction=1 - batch["attention_mask"].float().mean().item(), params=count_params(mb))
+             padding_fraction=1 - batch["attention_mask"].float().mean().item(), params=count_params(mb), allocator_tuned=tuned)
     t = _bench_pair(mb, hf, batch, dtype, warmup, reps, train, memory, adamw)
     for k in ("minbert", "hf"):
         r[f"{k}_forward_sent_s"] = bs / t[f"{k}_forward_s"]
@@ -376,6 +377,38 @@ def format_peft(r:dict) -> str:
         out.append(f"{k:22s}{r[k + '/trainable']:>14,d}{1000 * r[k + '/step_s']:>10.1f}{r.get(k + '/ratio', float('nan')):>8.2f}")
     return "\n".join(out)
 
+# %% ../nbs/18_bench.ipynb #770b3e95
+def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=None, rounds:int=3, warmup:int=3, reps:int=10,
+                 data_dir=None, config:BertConfig|None=None) -> dict:
+    "fp32 and bf16 `bench_models` back to back, `rounds` times: sentences/s per round and the ratios' median, min and max"
+    per = {"fp32": [], "bf16": []}
+    for _ in range(rounds):
+        for dt in per: per[dt].append(bench_models(backbone, batch_size, max_length, device, dt, warmup, reps, data_dir,
+                                                   config=config, memory=False, adamw=False))
+    first = per["fp32"][0]
+    r = {k: first[k] for k in ("backbone", "device", "device_name", "threads", "torch_version", "batch_size", "seq_len", "allocator_tuned")}
+    r.update(rounds=rounds, warmup=warmup, reps=reps)
+    spread = lambda xs: dict(median=statistics.median(xs), min=min(xs), max=max(xs))
+    for what in ("forward", "train"):
+        for dt in per:
+            for k in ("minbert", "hf"): r[f"{k}_{dt}_{what}_sent_s"] = [x[f"{k}_{what}_sent_s"] for x in per[dt]]
+            r[f"{dt}_{what}_ratio_to_hf"] = spread([x[f"{what}_ratio"] for x in per[dt]])
+        for k in ("minbert", "hf"):
+            r[f"{k}_{what}_bf16_over_fp32"] = spread([b[f"{k}_{what}_sent_s"] / f[f"{k}_{what}_sent_s"] for f, b in zip(per["fp32"], per["bf16"])])
+    return r
+
+def format_dtypes(r:dict) -> str:
+    "A `bench_dtypes` result as a table: sentences/s (median of the rounds) and ratios (median, [min, max])"
+    med = lambda xs: statistics.median(xs)
+    sp = lambda d: f"{_fmt(d['median'])} [{_fmt(d['min'])}, {_fmt(d['max'])}]"
+    lines = [f"fp32 vs bf16 ({r['backbone']}, {r['device_name']}, {r['threads']} threads, batch {r['batch_size']} x {r['seq_len']}, "
+             f"{r['rounds']} rounds, median [min, max])",
+             f"{'':18}{'minBERT fp32':>14}{'minBERT bf16':>14}{'bf16 / fp32':>22}{'minBERT/HF fp32':>22}{'minBERT/HF bf16':>22}"]
+    for what in ("forward", "train"):
+        lines.append(f"{what + ' sent/s':18}{_fmt(med(r[f'minbert_fp32_{what}_sent_s'])):>14}{_fmt(med(r[f'minbert_bf16_{what}_sent_s'])):>14}"
+                     f"{sp(r[f'minbert_{what}_bf16_over_fp32']):>22}{sp(r[f'fp32_{what}_ratio_to_hf']):>22}{sp(r[f'bf16_{what}_ratio_to_hf']):>22}")
+    return "\n".join(lines)
+
 # %% ../nbs/18_bench.ipynb #6968b18e
 @cli
 def minbert_bench(
@@ -383,7 +416,8 @@ def minbert_bench(
     batch_size:int=32,        # sentences per batch
     max_length:int=128,       # longest sequence in tokens (batches are padded to their longest sentence)
     device:str=None,          # cpu, cuda, mps (default: best available)
-    dtype:str=None,           # fp32 or bf16 (autocast); default bf16 on CUDA, fp32 elsewhere
+    dtype:str=None,           # fp32, bf16 (autocast), or both (back to back, --rounds times); default bf16 on CUDA, fp32 elsewhere
+    rounds:int=3,             # --dtype both: rounds of fp32 then bf16
     reps:int=10,              # timed repetitions (the median is reported)
     warmup:int=3,             # untimed repetitions first
     threads:int=None,         # CPU threads for PyTorch (default: PyTorch's choice)
@@ -397,6 +431,13 @@ def minbert_bench(
 ):
     "Benchmark minBERT against transformers.BertModel (same checkpoint, batch, dtype and optimizer) and print the ratio"
     if threads: torch.set_num_threads(threads)
+    if dtype == "both":
+        r = bench_dtypes(backbone, batch_size, max_length, device, rounds, warmup, reps, data_dir)
+        print(format_dtypes(r))
+        if json:
+            from minbert_nb.train import write_json
+            print(f"wrote {write_json(r, json)}")
+        return r
     r = bench_models(backbone, batch_size, max_length, device, dtype, warmup, reps, data_dir)
     print(format_table(r))
     if r["device"].startswith("cuda") and not skip_mfu:

@@ -36,11 +36,16 @@ def _wait_for_checkpoint(run, proc, min_step, timeout=120):
 
 def _weights(path): return load_checkpoint(path)["model"]
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
-    ref = _cli(_args(tmp_path / "ref", small_data)); out, _ = ref.communicate(timeout=300)
+# the second run also draws SST phrases per pass, a second Quora file and contrastive batches: more streams to resume exactly
+MORE_DATA = ["--sst_phrases", "true", "--phrase_min_tokens", "3", "--phrases_per_epoch", "10", "--quora_extra_2", "true",
+             "--contrastive_weight", "1.0", "--contrastive_batch", "4", "--contrastive_every", "2"]
+
+@pytest.mark.parametrize("extra", [[], MORE_DATA], ids=["plain", "phrases+quora2+contrastive"])
+def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data, extra):
+    ref = _cli(_args(tmp_path / "ref", small_data) + extra); out, _ = ref.communicate(timeout=300)
     assert ref.returncode == 0, out
     run = tmp_path / "killed"
-    p = _cli(_args(run, small_data))
+    p = _cli(_args(run, small_data) + extra)
     st = _wait_for_checkpoint(run, p, min_step=4)
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
