@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .core import *
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
 from .data import TASKS, DataError, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
-from .trees import load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
+from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .multitask import ModelConfig, MultitaskBert
 from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
@@ -84,7 +84,8 @@ class TrainConfig:
     dev_limit: int|None = None       # evaluate on at most this many dev rows per task (quick runs); None = full dev
     sick: bool = False               # add SICK 2014 train to STS (seed 000, Table 11)
     extra_train: list|None = None    # more training files, no code: [{"task": "sts", "path": "x.tsv", "columns": {...}, "sep": "\t", "label_range": [1, 5]}]
-    sst_phrases: bool = False        # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04a_trees)
+    sst_phrases: bool|str = False    # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04a_trees);
+                                     # "auto": when the data folder has the trees, else on the sentences alone (recorded in the run)
     phrase_min_tokens: int = 1       # ... those of at least this many tokens (deduplicated; never a training sentence's own text)
     phrases_per_epoch: int|None = None  # phrases drawn per pass over SST, every sentence always included; None = every phrase
     quora_extra_2: bool = False      # Quora also trains on extra/quora-extra-train-2.csv (9,866 more pairs; offline data)
@@ -127,6 +128,8 @@ class TrainConfig:
         self.model_config()   # validates the model fields
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
+        if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
+            raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
         if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
         for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every"):
@@ -160,9 +163,9 @@ class TrainConfig:
 PRESETS = {
     # README main job: minutes on 2 CPU cores with the embedded backbone
     "quick": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=1, pair_modes={"para": "cross"},
-                  sampler="proportional", steps_per_epoch=240, epochs=1, batch_size=32, max_length=64, bucket=True,
-                  lr_backbone=5e-5, lr_heads=1e-3, train_limit=8000, dev_limit=None, warmup=0.1, para_prior=0.369,
-                  predict_test=False),
+                  sampler="proportional", steps_per_epoch=720, epochs=1, batch_size=32, max_length=64, bucket=True,
+                  lr_backbone=5e-5, lr_heads=1e-3, train_limit=None, dev_limit=None, warmup=0.1, para_prior=0.369,
+                  sst_phrases="auto", phrase_min_tokens=5, phrases_per_epoch=8544, predict_test=False),
     # The CS224N baseline (seed 003 / starter): [CLS], linear heads, (u, v) features, round-robin down-sampled
     "baseline": dict(pooling="cls", head_layers=1, pair_features="uv", sts_head="features", pair_mode="bi",
                      sampler="round_robin", epochs=10, batch_size=8, lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
@@ -175,9 +178,11 @@ PRESETS = {
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
     "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2, pair_modes={"para": "cross"},
-                         pair_swap=True, sampler="proportional", upweight={"sst": 1.5, "sts": 1.5}, epochs=3, batch_size=32,
+                         pair_swap=True, sampler="proportional", upweight={"sst": 1.0, "sts": 1.5}, epochs=3, batch_size=32,
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
-                         schedule="linear", warmup=0.06, para_prior=0.369, sick=False),
+                         schedule="linear", warmup=0.06, para_prior=0.369, sick=False,
+                         sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
+                         contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4),
 }
 # Part 1 of the project (seeds 000/003): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
 for _t in ("sst", "cfimdb"):
@@ -260,6 +265,10 @@ def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
 def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
     "Tokenized datasets `{split: {task: TaskDataset}}`, the contrastive pairs (if asked) and the files they came from"
     mcfg, out, files, train_rows = cfg.model_config(), {}, {}, {}
+    phrases = cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
+    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases is not False:
+        files["sst_phrases"] = phrases
+        if not phrases: print(f"sst_phrases=auto: {find_data_dir(cfg.data_dir)/SST_TREES} not found; SST trains on its sentences alone")
     for split in splits:
         out[split] = {}
         for t in cfg.tasks:
@@ -273,7 +282,7 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
                 paths.append(str(sick.attrs.get("path"))); df = pd.concat([df, sick], ignore_index=True)
             if split == "train" and t == "para" and cfg.quora_extra_2:
                 q2 = _quora_extra_2(cfg); paths.append(str(q2.attrs["path"])); df = pd.concat([df, q2], ignore_index=True)
-            if split == "train" and t == "sst" and cfg.sst_phrases:   # the trees must be these sentences, in this order
+            if split == "train" and t == "sst" and phrases:   # the trees must be these sentences, in this order
                 check_tree_sentences(load_sst_trees(cfg.data_dir), df)
             if split == "train":
                 for ex in (e for e in (cfg.extra_train or []) if e.get("task") == t):
@@ -283,7 +292,7 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
             pool = None
             if split == "train":
                 train_rows[t] = df
-                if t == "sst" and cfg.sst_phrases:
+                if t == "sst" and phrases:
                     df, pool = with_phrases(df, cfg); paths.append(str(sst_trees_path(cfg.data_dir)))
                     files["sst_train_phrases"] = df.attrs["phrases"]
             mode = mcfg.mode_of(t)
