@@ -1,0 +1,270 @@
+"PCGrad (Yu et al. 2020, Algorithm 1) against closed forms, a plain transcription of the algorithm, and per-task backward passes"
+import csv, itertools, math, random
+import pytest, torch
+from torch import nn
+from minbert_nb.core import tiny_config, set_seed
+from minbert_nb.bert import BertModel
+from minbert_nb.multitask import MultitaskBert, ModelConfig, fake_batch
+from minbert_nb.losses import sst_loss, para_loss, sts_loss
+from minbert_nb.pcgrad import (pcgrad, pcgrad_orders, project_conflicting, task_of, split_params, shared_params, flatten_grads,
+                               assign_flat_grad, task_gradients, PCGrad, grad_cosines, GradConflictLog)
+
+def _t(*xs): return torch.tensor(xs, dtype=torch.float64)
+
+def _algorithm_1(grads, orders):
+    "Algorithm 1 written out on Python floats: g_i^PC tested and projected against the original g_j, j != i, in `orders[i]`"
+    G = [[float(x) for x in g] for g in grads]
+    dot = lambda a, b: sum(x * y for x, y in zip(a, b))
+    out = []
+    for i, gi in enumerate(G):
+        pc = list(gi)
+        for j in orders[i]:
+            d = dot(pc, G[j])
+            if d < 0: pc = [p - d / dot(G[j], G[j]) * q for p, q in zip(pc, G[j])]
+        out.append(pc)
+    return [sum(col) for col in zip(*out)]
+
+# ---- the update rule on hand-made gradients ----------------------------------------------------------------------------
+def test_two_tasks_at_120_degrees():
+    c, s = math.cos(2 * math.pi / 3), math.sin(2 * math.pi / 3)
+    g1, g2 = _t(1, 0), _t(c, s)
+    pc = project_conflicting([g1, g2])
+    assert torch.allclose(pc[0], _t(0.75, math.sqrt(3) / 4)) and torch.allclose(pc[1], _t(0, math.sqrt(3) / 2))
+    assert torch.allclose(pcgrad([g1, g2]), _t(0.75, 3 * math.sqrt(3) / 4))
+    assert torch.allclose(pcgrad([g1, g2]), 1.5 * (g1 + g2))                   # (1 - cos 120) (g1 + g2) for unit vectors
+    # general two-task closed form, unequal norms: g1 + g2 - (g1.g2)(g1/|g1|^2 + g2/|g2|^2)
+    a, b = _t(3, 0, 1), _t(-2, 2, 0)
+    d = a @ b; assert d < 0
+    assert torch.allclose(pcgrad({"a": a, "b": b}), a + b - d * (a / (a @ a) + b / (b @ b)))
+    assert pcgrad([a, b]) @ a >= 0 and pcgrad([a, b]) @ b >= 0                 # two tasks: no conflict with either
+
+def test_three_tasks_by_hand_and_the_order():
+    G = [_t(1, 0), _t(-1, 2), _t(-1, -2)]
+    fixed = [[1, 2], [0, 2], [0, 1]]
+    pc = project_conflicting(G, orders=fixed)
+    assert torch.allclose(pc[0], _t(12, -6) / 25) and torch.allclose(pc[1], _t(-0.8, 0.4)) and torch.allclose(pc[2], _t(-0.8, -0.4))
+    assert torch.allclose(pcgrad(G, orders=fixed), _t(-28, -6) / 25)
+    assert torch.allclose(project_conflicting(G, orders=[[2, 1], [0, 2], [0, 1]])[0], _t(12, 6) / 25)   # the order matters
+    assert abs(pc[0] @ G[2]) < 1e-12 and pc[0] @ G[1] < 0                     # only the last projection holds
+    possible = [pcgrad(G, orders=list(o)) for o in itertools.product(([1, 2], [2, 1]), ([0, 2], [2, 0]), ([0, 1], [1, 0]))]
+    seen = set()
+    for seed in range(30):
+        r = pcgrad(G, torch.Generator().manual_seed(seed))
+        hits = [k for k, p in enumerate(possible) if torch.allclose(r, p)]
+        assert hits; seen.add(hits[0])
+        assert torch.equal(r, pcgrad(G, orders=pcgrad_orders(3, torch.Generator().manual_seed(seed))))   # the orders it draws
+        assert torch.equal(r, pcgrad(G, torch.Generator().manual_seed(seed)))                        # deterministic
+    assert len(seen) > 1                                                       # the order really is random
+
+def test_pcgrad_orders_draws_one_permutation_per_task():
+    g = torch.Generator().manual_seed(5)
+    o = pcgrad_orders(4, g)
+    g2 = torch.Generator().manual_seed(5)
+    for i in range(4):
+        others = [j for j in range(4) if j != i]
+        assert o[i] == [others[k] for k in torch.randperm(3, generator=g2).tolist()]
+    torch.manual_seed(1); a = pcgrad_orders(5)
+    torch.manual_seed(1); assert pcgrad_orders(5) == a                         # no generator: torch's global one
+
+@pytest.mark.parametrize("T", [2, 3, 4, 5])
+def test_matches_algorithm_1_transcription(T):
+    g = torch.Generator().manual_seed(T)
+    for _ in range(20):
+        G = [torch.randn(7, generator=g, dtype=torch.float64) for _ in range(T)]
+        orders = pcgrad_orders(T, g)
+        assert torch.allclose(pcgrad(G, orders=orders), torch.tensor(_algorithm_1(G, orders), dtype=torch.float64), atol=1e-12)
+
+def test_two_tasks_equal_the_seeds_library_rule():
+    "Tseng's Pytorch-PCGrad (seeds 003/004) loops over all tasks including i and averages: the same as reduction='mean' for two tasks"
+    def library_rule(G, rng):
+        pc = [g.clone() for g in G]
+        for gi in pc:
+            others = list(G); rng.shuffle(others)
+            for gj in others:
+                d = gi @ gj
+                if d < 0: gi -= d * gj / gj.norm() ** 2
+        return torch.stack(pc).mean(0)
+    g, rng = torch.Generator().manual_seed(0), random.Random(0)
+    for _ in range(20):
+        G = [torch.randn(6, generator=g, dtype=torch.float64) for _ in range(2)]
+        assert torch.allclose(pcgrad(G, reduction="mean"), library_rule(G, rng))
+
+def test_no_conflict_is_exactly_the_plain_sum():
+    G = [torch.tensor([1.0, 0.0, 0.0]), torch.tensor([1.0, 1.0, 0.0]), torch.tensor([0.0, 1.0, 1.0])]
+    for seed in range(5): assert torch.equal(pcgrad(G, torch.Generator().manual_seed(seed)), torch.stack(G).sum(0))
+    g = torch.Generator().manual_seed(0)
+    P = [torch.rand(100, generator=g) for _ in range(4)]                        # positive entries: every dot product > 0
+    assert torch.equal(pcgrad(P), torch.stack(P).sum(0))
+    assert torch.equal(pcgrad(P, reduction="mean"), torch.stack(P).mean(0))
+
+def test_conflicting_pair_ends_orthogonal():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        u, v = torch.randn(30, generator=g, dtype=torch.float64), torch.randn(30, generator=g, dtype=torch.float64)
+        if u @ v >= 0: v = -v
+        pc = project_conflicting({"u": u, "v": v})
+        assert abs(pc["u"] @ v) < 1e-10 and abs(pc["v"] @ u) < 1e-10
+        assert torch.allclose(pcgrad([2.5 * u, 2.5 * v]), 2.5 * pcgrad([u, v]))   # homogeneous: loss scaling commutes
+
+def test_zero_gradients():
+    z, a = torch.zeros(3), torch.tensor([1.0, -2.0, 0.5])
+    assert torch.equal(pcgrad([z, a]), a) and torch.equal(pcgrad([a, z, -a * 0]), a)
+    assert torch.equal(pcgrad([z, z, z]), z)
+    r = pcgrad([torch.tensor([1e30, 0.0]), torch.tensor([-1e-30, 0.0])])       # ||g_j||^2 underflows to 0 in float32
+    assert torch.isfinite(r).all()
+    assert torch.equal(pcgrad([torch.zeros(0), torch.zeros(0)]), torch.zeros(0))
+
+def test_input_checks():
+    with pytest.raises(ValueError, match="no task gradients"): pcgrad([])
+    with pytest.raises(ValueError, match="differ in length"): pcgrad([torch.ones(2), torch.ones(3)])
+    with pytest.raises(ValueError, match=r"flat \(N,\)"): pcgrad([torch.ones(2, 2)])
+    with pytest.raises(ValueError, match="'sum' or 'mean'"): pcgrad([torch.ones(2)], reduction="max")
+    assert pcgrad([torch.ones(2, dtype=torch.bfloat16)]).dtype == torch.float32
+
+# ---- parameters and per-task gradients on a tiny MultitaskBert ----------------------------------------------------------
+LOSS = dict(sst=sst_loss, para=para_loss, sts=sts_loss)
+BATCHES = {t: fake_batch(t, seed=i) for i, t in enumerate(LOSS)}
+
+def _losses(m, tasks=tuple(LOSS)): return {t: LOSS[t](m(BATCHES[t]).pred, BATCHES[t]["labels"]) for t in tasks}
+
+@pytest.fixture(scope="module")
+def tiny():
+    set_seed(0)
+    return MultitaskBert(ModelConfig(), bert=BertModel(tiny_config())).eval()
+
+@pytest.fixture(scope="module")
+def ref(tiny):
+    "{task: {name: .grad}} after each task's loss alone is back-propagated"
+    out = {}
+    for t in LOSS:
+        tiny.zero_grad(set_to_none=True); _losses(tiny, (t,))[t].backward()
+        out[t] = {n: None if p.grad is None else p.grad.clone() for n, p in tiny.named_parameters()}
+    tiny.zero_grad(set_to_none=True)
+    return out
+
+def _summed(m, ref, tasks):
+    out = {}
+    for n, _ in m.named_parameters():
+        gs = [ref[t][n] for t in tasks if ref[t][n] is not None]
+        out[n] = sum(gs) if gs else None
+    return out
+
+def _check(m, want, eps=1e-6):
+    for n, p in m.named_parameters():
+        if want[n] is None: assert p.grad is None, n
+        else: assert torch.allclose(p.grad, want[n], atol=eps), n
+
+def test_split_params():
+    set_seed(0)
+    m = MultitaskBert(ModelConfig(), bert=BertModel(tiny_config()))
+    sh, own = split_params(m)
+    assert set(own["para"]) == {"heads.para.net.1.weight", "heads.para.net.1.bias"} and all(n.startswith("bert.") for n in sh)
+    assert len(sh) + sum(map(len, own.values())) == len(list(m.parameters()))
+    m = MultitaskBert(ModelConfig(peft="pal,prefix,adapter,lora", pal_size=8, adapter_size=4, lora_r=2, prefix_len=2,
+                                  prefix_mlp=True, mode="pretrain"), bert=BertModel(tiny_config()))
+    sh, own = split_params(m)
+    assert sh and all("lora_" in n or "LayerNorm" in n for n in sh)
+    for t in LOSS:
+        names = set(own[t])
+        for key in ("adapter_by_task", "pal_attention", "pal_encoder", "pal_decoder", "prefix_embedding", "prefix_mlp", "heads"):
+            assert any(key in n for n in names), (t, key)
+        assert all(t in n.split(".") for n in names)
+    assert [id(p) for p in shared_params(m)] == [id(p) for p in sh.values()]
+    assert task_of("bert.encoder.layer.0.output.dense.weight", LOSS) is None
+    with pytest.raises(ValueError, match="pass `tasks`"): split_params(nn.Linear(2, 2))
+
+def test_task_gradients_equal_per_task_backward(tiny, ref):
+    sh = split_params(tiny)[0]
+    tg = task_gradients(_losses(tiny), sh.values())
+    assert list(tg) == list(LOSS)
+    for t in LOSS:
+        want = torch.cat([(ref[t][n] if ref[t][n] is not None else torch.zeros_like(p)).reshape(-1) for n, p in sh.items()])
+        assert torch.equal(tg[t], want)
+    assert all(p.grad is None for p in tiny.parameters())                      # .grad untouched
+    assert task_gradients({"x": torch.tensor(2.0)}, sh.values())["x"].abs().sum() == 0
+
+def test_flatten_and_assign_round_trip(tiny):
+    ps = shared_params(tiny)
+    flat = torch.randn(sum(p.numel() for p in ps), generator=torch.Generator().manual_seed(0))
+    assign_flat_grad(ps, flat); assert torch.equal(flatten_grads(ps), flat)
+    assign_flat_grad(ps, flat, add=True); assert torch.allclose(flatten_grads(ps), 2 * flat)
+    mask = [k % 2 == 0 for k in range(len(ps))]
+    tiny.zero_grad(set_to_none=True); assign_flat_grad(ps, flat, mask=mask)
+    assert all((p.grad is None) != m for p, m in zip(ps, mask))
+    with pytest.raises(ValueError, match="got a vector of shape"): assign_flat_grad(ps, flat[:-1])
+    tiny.zero_grad(set_to_none=True)
+
+def test_without_surgery_equals_summed_backward(tiny, ref):
+    tiny.zero_grad(set_to_none=True)
+    grads = PCGrad(tiny, surgery=False).backward(_losses(tiny))
+    _check(tiny, _summed(tiny, ref, LOSS))
+    assert tiny.bert.pooler.dense.weight.grad is None                         # 'cls' pooling never reaches the pooler
+    assert list(grads) == list(LOSS)
+    tiny.zero_grad(set_to_none=True)
+
+def test_pcgrad_without_conflict_equals_sum_of_backward(tiny, ref):
+    tiny.zero_grad(set_to_none=True)
+    grads = PCGrad(tiny).backward(_losses(tiny, ("sst", "para")))
+    assert grad_cosines(grads)[("sst", "para")] > 0                            # the precondition: these two do not conflict
+    _check(tiny, _summed(tiny, ref, ("sst", "para")))
+    tiny.zero_grad(set_to_none=True)
+
+def test_pcgrad_with_conflict(tiny, ref):
+    tiny.zero_grad(set_to_none=True)
+    grads = PCGrad(tiny, generator=torch.Generator().manual_seed(2)).backward(_losses(tiny))
+    assert grad_cosines(grads)[("sst", "sts")] < 0
+    sh, own = split_params(tiny)
+    got = flatten_grads(sh.values())
+    assert torch.allclose(got, pcgrad(grads, torch.Generator().manual_seed(2)), atol=1e-6)
+    assert (got - sum(grads.values())).abs().max() > 1e-4
+    for t in LOSS:                                                             # task-specific: their own gradient
+        for n, p in own[t].items(): assert torch.allclose(p.grad, ref[t][n], atol=1e-6)
+    tiny.zero_grad(set_to_none=True)
+
+def test_add_apply_accumulates_like_backward(tiny):
+    tiny.zero_grad(set_to_none=True)
+    pc = PCGrad(tiny, surgery=False)
+    g1 = pc.backward(_losses(tiny, ("sts",)))["sts"]
+    for _ in range(2): pc.add("sts", _losses(tiny, ("sts",))["sts"])
+    assert torch.allclose(pc.apply()["sts"], 2 * g1, atol=1e-6)
+    assert torch.allclose(flatten_grads(pc.shared), 3 * g1, atol=1e-6)
+    assert pc.apply() == {} and pc.grads == {}
+    tiny.zero_grad(set_to_none=True)
+
+def test_frozen_backbone_and_errors():
+    m = MultitaskBert(ModelConfig(mode="pretrain"), bert=BertModel(tiny_config()))
+    pc = PCGrad(m); assert pc.shared == []
+    assert pc.backward(_losses(m))["sst"].numel() == 0
+    assert m.heads.sst.net[1].weight.grad is not None and m.bert.embeddings.word_embeddings.weight.grad is None
+    with pytest.raises(ValueError, match="'sum' or 'mean'"): PCGrad(m, reduction="max")
+    class FakeDDP(nn.parallel.DistributedDataParallel):
+        def __init__(self): nn.Module.__init__(self)
+    with pytest.raises(NotImplementedError, match="one process only"): PCGrad(FakeDDP())
+
+# ---- conflict diagnostics -----------------------------------------------------------------------------------------------
+def test_grad_cosines():
+    c = grad_cosines({"sst": _t(1, 0), "para": _t(-1, 1), "sts": _t(0, 2), "x": _t(0, 0)})
+    assert list(c) == [("sst", "para"), ("sst", "sts"), ("sst", "x"), ("para", "sts"), ("para", "x"), ("sts", "x")]
+    assert math.isclose(c[("sst", "para")], -1 / math.sqrt(2), rel_tol=1e-6) and c[("sst", "sts")] == 0
+    assert math.isnan(c[("para", "x")])
+    assert grad_cosines([torch.ones(3)]) == {}
+
+def test_grad_conflict_log(tmp_path):
+    log = GradConflictLog()
+    for k in range(1, 9):                                                      # para flips every step; sts conflicts 1 in 4
+        log.record(5 * k, k // 5, {"sst": _t(1, 0), "para": _t((-1) ** k, 1), "sts": _t(-1 if k % 4 == 0 else 1, 1)})
+    log.record(45, 1, {"sst": _t(0, 0), "para": _t(1, 1), "sts": _t(1, 1)})  # zero gradient: NaN, left out
+    s = log.summary()
+    assert list(s) == ["sst-para", "sst-sts", "para-sts"]
+    assert s["sst-para"] == dict(mean_cosine=0.0, frac_conflicting=0.5, n=8)
+    assert s["sst-sts"]["frac_conflicting"] == 0.25 and s["sst-sts"]["n"] == 8
+    assert math.isclose(s["sst-sts"]["mean_cosine"], (6 - 2) / 8 / math.sqrt(2), rel_tol=1e-6)
+    assert s["para-sts"]["n"] == 9
+    p = log.to_csv(tmp_path / "run" / "grad_conflicts.csv")
+    rows = list(csv.DictReader(open(p)))
+    assert list(rows[0]) == ["step", "epoch", "task_a", "task_b", "cosine"] and len(rows) == 27
+    assert rows[0]["step"] == "5" and rows[0]["task_a"] == "sst" and rows[0]["task_b"] == "para"
+    assert GradConflictLog.from_csv(p).summary() == s
+    log.plot(tmp_path / "grad_conflicts.png")
+    assert (tmp_path / "grad_conflicts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert GradConflictLog().summary() == {}
