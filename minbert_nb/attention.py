@@ -43,12 +43,21 @@ class BertSelfAttention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # (B, nh, T, hs)
 
+    def fused_qkv(self) -> tuple:
+        "The three projections as one `(3C, C)` weight and `(3C,)` bias; kept between calls while no gradient is recorded"
+        ps = (self.query.weight, self.key.weight, self.value.weight, self.query.bias, self.key.bias, self.value.bias)
+        if torch.is_grad_enabled() and any(p.requires_grad for p in ps):   # training: the concatenation is part of the graph
+            return torch.cat(ps[:3]), torch.cat(ps[3:])                   # (parameters keep Hugging Face's names)
+        try: key = tuple((p.data_ptr(), p._version, p.dtype) for p in ps)   # an in-place update (optimizer, load) bumps _version
+        except RuntimeError: return torch.cat(ps[:3]), torch.cat(ps[3:])   # inference tensors have no version counter
+        if getattr(self, "_qkv_cache", (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
+        return self._qkv_cache[1:]
+
     def qkv(self, x:torch.Tensor):
         "Queries, keys and values `(B, nh, T, hs)`: one fused matmul when the three projections are plain `nn.Linear`s"
         if type(self.query) is type(self.key) is type(self.value) is nn.Linear:
             B, T, C = x.shape
-            w = torch.cat([self.query.weight, self.key.weight, self.value.weight])   # (3C, C): parameters keep HF names
-            b = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+            w, b = self.fused_qkv()                                                   # (3C, C), (3C,)
             qkv = F.linear(x, w, b).view(B, T, 3, self.num_heads, self.head_dim)      # (B, T, 3, nh, hs)
             return qkv.permute(2, 0, 3, 1, 4).unbind(0)                               # 3 x (B, nh, T, hs)
         # an adapter (LoRA, ...) wraps a projection: call each module so that its extra path runs

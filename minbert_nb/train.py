@@ -178,7 +178,7 @@ PRESETS = {
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
     "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2, pair_modes={"para": "cross"},
-                         pair_swap=True, sampler="proportional", upweight={"sst": 1.0, "sts": 1.5}, epochs=4, batch_size=32,
+                         pair_swap=True, sampler="proportional", upweight={"sst": 1.0, "sts": 1.5}, epochs=3, batch_size=32,
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
                          schedule="linear", warmup=0.06, para_prior=0.369, sick=False,
                          sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
