@@ -15,10 +15,12 @@ from scipy.stats import pearsonr
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
+from .data import get_task
 
 # %% auto #0
 __all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split', 'evaluate',
-           'write_predictions', 'read_predictions', 'prediction_path']
+           'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path', 'write_raw',
+           'read_raw']
 
 # %% ../nbs/10_evaluate.ipynb #d2d063e3
 def accuracy(pred, gold) -> float:
@@ -41,7 +43,7 @@ def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
 # %% ../nbs/10_evaluate.ipynb #f79367d6
 @torch.inference_mode()
 def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None) -> pd.DataFrame:
-    "Predictions of `model` over `loader`: DataFrame with `id`, `pred` and `label` (NaN when absent)"
+    "Predictions of `model` over `loader`: DataFrame with `id`, `pred`, `label` (NaN when absent) and raw outputs"
     device = torch.device(device or next(model.parameters()).device)
     was_training = model.training; model.eval()
     ids, preds, labels, raws = [], [], [], []
@@ -50,7 +52,7 @@ def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             if hasattr(model, "decide"):   # keep the raw output too (e.g. Quora logits, to score other thresholds)
                 raw = model(batch).pred.float(); p = model.decide(batch["task"], raw)
-                if raw.dim() == 1: raws.append(raw.cpu())
+                raws.append(raw.cpu())
             else: p = model.predict(batch)
         ids += list(batch["ids"]); preds.append(p.float().cpu())
         lab = batch.get("labels")
@@ -59,7 +61,11 @@ def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None
         labels.append(lab)
     model.train(was_training)
     df = pd.DataFrame({"id": ids, "pred": torch.cat(preds).numpy(), "label": torch.cat(labels).numpy()})
-    if raws and len(raws) == len(preds): df["raw"] = torch.cat(raws).numpy()
+    if raws and len(raws) == len(preds):
+        r = torch.cat(raws).numpy()
+        if r.ndim == 1: df["raw"] = r                                   # one output: Quora logit, STS score
+        else:
+            for j in range(r.shape[1]): df[f"raw_{j}"] = r[:, j]        # class logits: SST, CFIMDB
     return df
 
 def score_split(task:str, df:pd.DataFrame) -> dict:
@@ -128,3 +134,40 @@ def read_predictions(path, task:str) -> pd.DataFrame:
 def prediction_path(run_dir, task:str, split:str) -> Path:
     "`RUN_DIR/predictions/{task}-{split}-output.csv`"
     return Path(run_dir) / "predictions" / f"{task}-{split}-output.csv"
+
+# %% ../nbs/10_evaluate.ipynb #2f607e05
+def raw_columns(task:str) -> list:
+    "Raw-output columns of `task`: `raw` for one output (Quora logit, STS score), `raw_0`..`raw_{k-1}` for `k` class logits"
+    k = get_task(task).num_labels
+    return ["raw"] if k == 1 else [f"raw_{j}" for j in range(k)]
+
+def raw_path(run_dir, task:str, split:str) -> Path:
+    "`RUN_DIR/predictions/{task}-{split}-raw.csv`"
+    return Path(run_dir) / "predictions" / f"{task}-{split}-raw.csv"
+
+def write_raw(df:pd.DataFrame, task:str, path) -> Path:
+    "Write the raw outputs of a `predict_split` frame (`id` and `raw_columns(task)`) as CSV"
+    cols = raw_columns(task)
+    missing = [c for c in ["id", *cols] if c not in df.columns]
+    if missing: raise ValueError(f"{path}: the {task} frame has no column(s) {missing} (it has {list(df.columns)}); "
+                                 "predict_split keeps raw outputs only for models with a `decide` method.")
+    return atomic_write_text(path, df[["id", *cols]].to_csv(index=False, float_format="%.9g"))
+
+def read_raw(path, task:str) -> pd.DataFrame:
+    "Read and check a raw-output file: `id` and `raw_columns(task)` as floats"
+    path, cols = Path(path), raw_columns(task)
+    if not path.is_file(): raise FileNotFoundError(f"{path}: no such raw-output file.")
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(df.columns) != ["id", *cols]:
+        raise ValueError(f"{path}:1: columns {list(df.columns)}; expected {['id', *cols]} (is this a {task} raw-output file?).")
+    if len(df) == 0: raise ValueError(f"{path}: no rows after the header.")
+    empty = (df.id.str.strip() == "").to_numpy()
+    if empty.any(): raise ValueError(f"{path}:{int(np.argmax(empty)) + 2}: empty id.")
+    dup = df.id.duplicated().to_numpy()
+    if dup.any(): raise ValueError(f"{path}:{int(np.argmax(dup)) + 2}: duplicate id {df.id[dup].iloc[0]!r}.")
+    for c in cols:
+        v = pd.to_numeric(df[c], errors="coerce").to_numpy(dtype=float)
+        bad = ~np.isfinite(v)
+        if bad.any(): raise ValueError(f"{path}:{int(np.argmax(bad)) + 2}: {c}={df[c][bad].iloc[0]!r} is not a finite number.")
+        df[c] = v
+    return df

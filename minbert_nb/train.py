@@ -24,7 +24,7 @@ from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
-from .evaluate import evaluate, predict_split, write_predictions, prediction_path
+from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
@@ -520,7 +520,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
             if is_best:   # keep the best epoch's weights and dev predictions
                 st.update(best=score, best_epoch=epoch, best_metrics=dict(m))
                 atomic_save(dict(model=model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code), run/"best.pt")
-                for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev"))
+                for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev")); write_raw(df, t, raw_path(run, t, "dev"))
             st.update(epoch=epoch + 1, i=0, losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
             save_last()
             if world > 1: dist.barrier()
@@ -557,7 +557,9 @@ def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("t
     for split in splits:
         for t, ds in data[split].items():
             dl = make_loader(ds, cfg.eval_batch_size)
-            written[f"{t}-{split}"] = write_predictions(predict_split(model, dl, device, amp_dtype), t, prediction_path(run, t, split))
+            df = predict_split(model, dl, device, amp_dtype)
+            written[f"{t}-{split}"] = write_predictions(df, t, prediction_path(run, t, split))
+            write_raw(df, t, raw_path(run, t, split))      # the raw outputs beside it (for ensembles, 15_ensemble)
     return written
 
 # %% ../nbs/09_train.ipynb #e6e1618d

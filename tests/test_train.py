@@ -24,6 +24,8 @@ def test_run_folder_has_everything(run):
         assert (out / f).is_file(), f
     for t in ("sst", "para", "sts"): assert (out / "predictions" / f"{t}-dev-output.csv").is_file()
     for t in ("sst", "sts"): assert (out / "predictions" / f"{t}-test-output.csv").is_file()   # quora test is not available offline
+    for t in ("sst", "para", "sts"): assert (out / "predictions" / f"{t}-dev-raw.csv").is_file()   # raw outputs, for ensembles
+    for t in ("sst", "sts"): assert (out / "predictions" / f"{t}-test-raw.csv").is_file()
     hist = pd.read_csv(out / "history.csv")
     assert list(hist.epoch) == [1, 2] and {"sst_acc", "para_acc", "sts_corr", "overall", "train_loss"} <= set(hist.columns)
     metrics = json.loads((out / "metrics.json").read_text())
