@@ -157,8 +157,9 @@ class BertModel(nn.Module):
         "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
         with task_context(task):
             x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
-            if attention_mask is not None and not output_attentions and bool(attention_mask.all()):
-                attention_mask = None    # no padding: without a mask, SDPA may use its fastest (flash) kernels
+            if attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+                attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
+                                         # mask is free: on a GPU `bool(...)` would stall the host until the device catches up
             mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
             if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
             h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)

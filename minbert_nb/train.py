@@ -24,6 +24,8 @@ from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
+from .step import TrainStep, StepContext, MNRLTerm, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
+from .smart import SmartTerm, BregmanTerm
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -31,9 +33,9 @@ from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_sta
 
 # %% auto #0
 __all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra',
-           'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'write_json', 'plot_history',
-           'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args', 'parse_train_args',
-           'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+           'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'loss_terms', 'grad_transform', 'write_json',
+           'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args',
+           'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -116,6 +118,18 @@ class TrainConfig:
     contrastive_batch: int = 64      # pairs per contrastive batch (the other pairs of the batch are each pair's negatives)
     contrastive_every: int = 1       # a contrastive batch every k steps
     para_prior: float|None = None    # correct Quora predictions to this positive rate (prior shift; see below)
+    # --- multitask optimisation (see 08b_step, 12_smart, 13_pcgrad)
+    smart_weight: float = 0.0        # SMART smoothness-inducing regulariser lambda_s (0 = off; seed 004: 1 or 5)
+    smart_eps: float = 0.02          # SMART: radius of the perturbation of the embedding output (infinity norm per coordinate)
+    smart_step: float = 0.02         # SMART: step size eta of each normalised ascent step
+    smart_iters: int = 1             # SMART: ascent steps K
+    smart_noise: float = 1e-5        # SMART: standard deviation sigma of the starting noise
+    bpp_weight: float = 0.0          # Bregman proximal point mu (0 = off): penalty against a slow copy of the weights
+    bpp_beta: float = 0.99           # Bregman proximal point: momentum of the slow copy, theta~ <- (1-beta) theta + beta theta~
+    pcgrad: bool = False             # PCGrad on the shared parameters (needs --sampler simultaneous: every task in every step)
+    grad_conflicts: bool = False     # measure the pairwise cosines of the task gradients every grad_conflicts_every steps
+    grad_conflicts_every: int = 50   # optimizer steps between two measurements
+    sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
     # --- output
     predict_test: bool = True        # write test-set predictions at the end
     save_checkpoint: bool = True     # keep best.pt and last.pt in the run folder after the run
@@ -132,7 +146,11 @@ class TrainConfig:
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
         if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
-        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every"):
+        if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
+            raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
+                             f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
+                             "(the step would be plain training). Add --sampler simultaneous, or drop --pcgrad.")
+        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every", "grad_conflicts_every"):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
 
     def _check_types(self):
@@ -312,17 +330,43 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
-    "Loss of `model` on one task's `batch`"
-    task, y = batch["task"], batch["labels"]
-    out = model(batch)
-    if task == "contrastive": return cfg.contrastive_weight * mnrl_loss(out.u.float(), out.v.float(), scale=cfg.mnrl_scale)
-    if task in ("sst", "cfimdb"): loss = sst_loss(out.pred.float(), y)
-    elif task == "para": loss = para_loss(out.pred.float(), y.float())
-    else: loss = sts_loss(out.pred.float(), y)
-    if cfg.mnrl_weight and out.v is not None:
-        pos = (y == 1) if task == "para" else (y >= 4)
-        if pos.sum() >= 2: loss = loss + cfg.mnrl_weight * mnrl_loss(out.u[pos].float(), out.v[pos].float(), scale=cfg.mnrl_scale)
+    "Loss of `model` on one task's `batch`: the task's own loss and the MNRL term (the training step's, `08b_step`)"
+    task, out = batch["task"], model(batch)
+    loss = base_loss(task, out, batch.get("labels"), cfg.contrastive_weight, cfg.mnrl_scale)
+    if task == "contrastive": return loss
+    if cfg.mnrl_weight:
+        extra = MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale)(model, batch, out, StepContext(model))
+        if extra is not None: loss = loss + extra
     return loss * (cfg.task_weights or {}).get(task, 1.0)
+
+def _single_process(what:str, world:int):
+    if world > 1: raise ValueError(f"{what} runs in one process only (its extra forwards and per-task gradients are not "
+                                   "synchronised across ranks); train without torchrun, or without it.")
+
+def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1) -> list:
+    "The extra loss terms `cfg` asks for: MNRL on in-batch positives, SMART smoothness, Bregman proximal point"
+    terms = []
+    if cfg.mnrl_weight: terms.append(MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale))
+    if cfg.smart_weight:
+        _single_process("SMART (--smart_weight)", world)
+        terms.append(SmartTerm(cfg.smart_weight, cfg.smart_eps, cfg.smart_step, cfg.smart_iters, cfg.smart_noise, seed=cfg.seed))
+    if cfg.bpp_weight:
+        _single_process("Bregman proximal point (--bpp_weight)", world)
+        terms.append(BregmanTerm(model, cfg.bpp_weight, cfg.bpp_beta))
+    return terms
+
+def grad_transform(cfg:TrainConfig, model:MultitaskBert, world:int=1) -> GradTransform:
+    "How the step's task losses become `.grad`: PCGrad with `--pcgrad`, else their plain sum"
+    if not cfg.pcgrad: return SumGrads()
+    _single_process("PCGrad (--pcgrad)", world)
+    return PCGradGrads(model, model.cfg.tasks, seed=cfg.seed)
+
+def _conflict_probe(cfg:TrainConfig, model, data:dict, ctx:StepContext, world:int) -> ConflictProbe:
+    "`--grad_conflicts`: a probe with loaders of its own over the training sets (another shuffle), so training is unchanged"
+    _single_process("Gradient-conflict measurement (--grad_conflicts)", world)
+    if len(cfg.tasks) < 2: raise ValueError("--grad_conflicts compares tasks: give at least two (--tasks sst,para,sts).")
+    dls = {t: make_loader(ds, cfg.batch_size, shuffle=True, bucket=cfg.bucket, seed=cfg.seed + 1) for t, ds in data["train"].items()}
+    return ConflictProbe(model, TaskIterators(dls, seed=cfg.seed + 1), cfg.tasks, cfg.grad_conflicts_every, ctx)
 
 # %% ../nbs/09_train.ipynb #d669b2e6
 def _jsonable(o):
@@ -444,60 +488,50 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     if main: print(f"run {run} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
                    + f" | params {n_all:,} (trainable {n_train:,}) | schedule {sched}")
     wall0 = st["wall"]
+    step = TrainStep(fwd, model, opt, lr_sched, terms=loss_terms(cfg, model, world), transform=grad_transform(cfg, model, world),
+                     grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum, amp_dtype=amp_dtype, device=device,
+                     sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50), world=world, rank=rank,
+                     task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
+    step.stats.checkpoint = str(run/"last.pt")
+    probe = _conflict_probe(cfg, model, data, step.ctx, world) if cfg.grad_conflicts else None
+    if resume and "step" in ck:
+        step.load_state_dict(ck["step"])
+        if probe is not None and "probe" in ck: probe.load_state_dict(ck["probe"])
     def save_last():
         st["wall"] = wall0 + time.time() - t0
-        if main: atomic_save(_full_state(model, opt, lr_sched, iters, st, cfg, code), run/"last.pt")
-    params = [p for p in model.parameters() if p.requires_grad]
+        extra = dict(step=step.state_dict(), **(dict(probe=probe.state_dict()) if probe is not None else {}))
+        if main: atomic_save(dict(_full_state(model, opt, lr_sched, iters, st, cfg, code), **extra), run/"last.pt")
     with GracefulStop() as stop:
         for epoch in range(st["epoch"], cfg.epochs + 1):
             model.train()
             plan, t_ep = sched.plan(epoch), time.time()
+            step.stats.losses = st["losses"]   # the epoch's per-step losses, read from the device every sync_every steps
             bar = tqdm(total=len(plan), initial=st["i"], desc=f"epoch {epoch}/{cfg.epochs}", disable=not (progress and main),
                        mininterval=1.0, dynamic_ncols=True)
             for i in range(st["i"], len(plan)):
-                tasks, loss_sum, bad = plan[i], 0.0, None
-                extra = ("contrastive",) if pos_dl and i % cfg.contrastive_every == 0 else ()   # a batch of positive pairs
-                for t in tuple(tasks) + extra:
-                    batch = to_device(iters.next(t), device)
-                    if t == "contrastive": batch["task"] = t
-                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                        loss = task_loss(fwd, batch, cfg)
-                    if bad is None and not torch.isfinite(loss):
-                        bad = (f"non-finite loss ({loss.item()}) at epoch {epoch}, step {i + 1}/{len(plan)}, task {t}, "
-                               f"batch ids {batch['ids']}" + (f" (rank {rank})" if world > 1 else "") + f". The last good checkpoint is "
-                               f"{run/'last.pt'}; lower the learning rate or check those rows, then resume or restart.")
-                        if world == 1: raise FloatingPointError(bad)
-                    # with several ranks, a rank that stopped here would leave the others blocked in the gradient all-reduce:
-                    # every rank finishes the step, and they stop together below
-                    # a loss with nothing to train (e.g. the parameter-free cosine STS head on a frozen backbone) adds no gradient
-                    if loss.requires_grad: (loss / cfg.grad_accum).backward()
-                    loss_sum += loss.item()
-                    if t == "contrastive": continue   # examples/s and padding count the tasks' batches
-                    st["n_ex"] += len(batch["ids"]) * world; st["n_tok"] += batch["n_tokens"] * world; st["n_pad"] += batch["n_pad"] * world
-                if world > 1:   # the logged loss is the global batch's; a stop asked, or a bad loss, on any rank stops all
-                    t_ = torch.tensor([loss_sum / world, float(stop.requested), float(bad is not None)], dtype=torch.float64, device=device)
-                    dist.all_reduce(t_); loss_sum = t_[0].item()
-                    if t_[2] > 0: raise FloatingPointError(bad or f"non-finite loss on another rank at epoch {epoch}, step {i + 1}/{len(plan)}; "
-                                                           f"that rank names the batch. The last good checkpoint is {run/'last.pt'}.")
-                    if t_[1] > 0 and not stop.requested: stop.requested, stop.signal = True, "stop on another rank"
-                st["losses"].append(loss_sum)
-                if (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan):
-                    gnorm = nn.utils.clip_grad_norm_(params, cfg.grad_clip or float("inf"))
-                    if not torch.isfinite(gnorm):
-                        raise FloatingPointError(f"non-finite gradient norm ({gnorm.item()}) at epoch {epoch}, step {i + 1}/{len(plan)}, "
-                                                 f"task(s) {'+'.join(tasks)}, batch ids {batch['ids']}. The last good checkpoint is "
-                                                 f"{run/'last.pt'}; lower the learning rate, then resume or restart.")
-                    opt.step(); lr_sched.step(); opt.zero_grad(set_to_none=True)
+                tasks = tuple(plan[i]) + (("contrastive",) if pos_dl and i % cfg.contrastive_every == 0 else ())   # + positive pairs
+                batches = [(t, iters.next(t)) for t in tasks]
+                update = (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan)
+                halt = step.step(batches, dict(epoch=epoch, step=i + 1, of=len(plan)), update, stop.requested)
+                for t, b in batches:   # examples/s and padding count the tasks' batches
+                    if t != "contrastive": st["n_ex"] += len(b["ids"]) * world; st["n_tok"] += b["n_tokens"] * world; st["n_pad"] += b["n_pad"] * world
+                if update:
                     st["step"] += 1; st["i"] = i + 1
-                    if stop.requested or (cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0):
+                    if probe is not None and probe.due(st["step"]): probe.measure(st["step"], epoch)
+                    ckpt = bool(cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0)
+                    if step.stats.sync_every > 1:   # read the device now and then (and before any checkpoint); several ranks agree on when
+                        halt = step.stats.sync(stop.requested) if step.stats.due(st["step"]) or ckpt or (world == 1 and stop.requested) else False
+                    if halt and not stop.requested: stop.requested, stop.signal = True, "stop on another rank"
+                    if halt or ckpt:
                         st["train_time"] += time.time() - t_ep; t_ep = time.time()
                         save_last()
-                        if stop.requested:
+                        if halt:
                             raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{len(plan)} "
                                                       f"({run/'last.pt'}). Resume with: minbert_train --resume {run}")
                 bar.update(1)
-                if progress and i % 10 == 0:
+                if progress and i % 10 == 0 and st["losses"]:
                     bar.set_postfix(task="+".join(tasks), loss=f"{np.mean(st['losses'][-50:]):.3f}")
+            step.stats.sync()
             bar.close()
             st["train_time"] += time.time() - t_ep
             if not main:   # rank 0 evaluates and writes; the others wait for it
@@ -514,6 +548,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                        train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"], **m)
             st["history"].append(row)
             pd.DataFrame(st["history"]).to_csv(run/"history.csv", index=False)
+            if probe is not None: probe.log.to_csv(run/"grad_conflicts.csv")
             score, is_best = _score(m), st["best"] is None or _score(m) > st["best"]
             print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
                   f" ({st['train_time']:.0f}s train)" + (" *best*" if is_best else ""))
@@ -531,6 +566,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
         dist.barrier(); dist.destroy_process_group()
         return {}
     plot_history(pd.DataFrame(st["history"]), run/"figures"/"history.png")
+    if probe is not None:
+        probe.log.to_csv(run/"grad_conflicts.csv"); probe.log.plot(run/"figures"/"grad_conflicts.png")
 
     model.load_state_dict(load_checkpoint(run/"best.pt")["model"])   # the best epoch's weights
     if cfg.predict_test: predict(model, cfg, tok, run, device, amp_dtype)
@@ -541,7 +578,9 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
                    train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
                    para_logit_bias=bias, para_train_prior=train_prior, para_prior=cfg.para_prior, skipped_rows=skipped,
                    train_files=data["files"], device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32", wall_time_s=wall0 + time.time() - t0,
-                   resumed=bool(resume), world_size=world, preset=cfg.preset, code=code)
+                   resumed=bool(resume), world_size=world, preset=cfg.preset, code=code,
+                   optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
+    if probe is not None: metrics["grad_conflicts"] = probe.log.summary()
     write_json(metrics, run/"metrics.json")
     if not cfg.save_checkpoint:
         for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)

@@ -6,6 +6,7 @@ from minbert_nb.train import TrainConfig, preset_config, train, config_from_args
 from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
 from minbert_nb.evaluate import read_predictions
 import minbert_nb.train as T
+import minbert_nb.step as S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,12 +77,12 @@ def test_stop_signal_saves_and_exits_zero_with_resume_hint(tmp_path, small_data,
     assert st["step"] >= 2 and not (run / "metrics.json").exists()
 
 def test_non_finite_loss_stops_with_details_and_keeps_last_good(tmp_path, small_data, monkeypatch):
-    calls, real = {"n": 0}, T.task_loss
-    def bad_loss(model, batch, cfg):
+    calls, real = {"n": 0}, S.base_loss          # the training step's loss of one task batch (08b_step)
+    def bad_loss(*a, **k):
         calls["n"] += 1
-        l = real(model, batch, cfg)
+        l = real(*a, **k)
         return l * float("nan") if calls["n"] == 5 else l
-    monkeypatch.setattr(T, "task_loss", bad_loss)
+    monkeypatch.setattr(S, "base_loss", bad_loss)
     cfg = config_from_args(_args(tmp_path, small_data) + ["--checkpoint_every", "1"])
     with pytest.raises(FloatingPointError) as e: train(cfg, progress=False)
     msg = str(e.value)
@@ -89,11 +90,11 @@ def test_non_finite_loss_stops_with_details_and_keeps_last_good(tmp_path, small_
     assert load_checkpoint(tmp_path / "last.pt")["progress"]["step"] == 4          # the last good state
 
 def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
-    real = T.task_loss
-    def bad_grad(model, batch, cfg):
-        p = model.heads["sst"].net[-1].bias
-        return real(model, batch, cfg) + torch.sqrt((p - p.detach()).abs().sum())   # value 0, gradient NaN
-    monkeypatch.setattr(T, "task_loss", bad_grad)
+    real = S.base_loss
+    def bad_grad(task, out, *a, **k):
+        p = out.pred
+        return real(task, out, *a, **k) + torch.sqrt((p - p.detach()).abs().sum())   # value 0, gradient NaN
+    monkeypatch.setattr(S, "base_loss", bad_grad)
     with pytest.raises(FloatingPointError, match=r"non-finite gradient norm .* epoch 1, step 1/10"):
         train(config_from_args(_args(tmp_path, small_data)), progress=False)
 
