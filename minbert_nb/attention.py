@@ -43,14 +43,22 @@ class BertSelfAttention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # (B, nh, T, hs)
 
+    def train(self, mode:bool=True):
+        "Switching between training and evaluation drops the cached q/k/v weight (see `fused_qkv`)"
+        self._qkv_cache = None
+        return super().train(mode)
+
     def fused_qkv(self) -> tuple:
-        "The three projections as one `(3C, C)` weight and `(3C,)` bias; kept between calls while no gradient is recorded"
+        """The three projections as one `(3C, C)` weight and `(3C,)` bias; kept between calls while no gradient is recorded.
+        The cache is dropped at every `train()`/`eval()` switch and when a parameter's version counter moves: PyTorch's
+        fused AdamW kernel updates parameters in place *without* bumping their version, so the counter alone would keep
+        evaluating with the q/k/v weights of the first evaluation (a bug we had; `tests/test_bert.py` checks it)."""
         ps = (self.query.weight, self.key.weight, self.value.weight, self.query.bias, self.key.bias, self.value.bias)
         if torch.is_grad_enabled() and any(p.requires_grad for p in ps):   # training: the concatenation is part of the graph
             return torch.cat(ps[:3]), torch.cat(ps[3:])                   # (parameters keep Hugging Face's names)
         try: key = tuple((p.data_ptr(), p._version, p.dtype) for p in ps)   # an in-place update (optimizer, load) bumps _version
         except RuntimeError: return torch.cat(ps[:3]), torch.cat(ps[3:])   # inference tensors have no version counter
-        if getattr(self, "_qkv_cache", (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
+        if (getattr(self, "_qkv_cache", None) or (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
         return self._qkv_cache[1:]
 
     def qkv(self, x:torch.Tensor):

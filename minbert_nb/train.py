@@ -130,6 +130,10 @@ class TrainConfig:
     grad_conflicts: bool = False     # measure the pairwise cosines of the task gradients every grad_conflicts_every steps
     grad_conflicts_every: int = 50   # optimizer steps between two measurements
     sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
+    # --- training phases (see 14_phases)
+    phases: list|str|None = None     # a JSON list of phases (or a file holding one): each a dict of fields that differ, plus "name"
+    contrastive_only: bool = False   # train on the contrastive batches alone (an MNRL phase, seed 002); needs contrastive_weight > 0
+    model_tasks: tuple|None = None   # heads to build when they differ from `tasks` (phases train some tasks of a model with more)
     # --- output
     predict_test: bool = True        # write test-set predictions at the end
     save_checkpoint: bool = True     # keep best.pt and last.pt in the run folder after the run
@@ -146,6 +150,9 @@ class TrainConfig:
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
         if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
+        if isinstance(self.model_tasks, str): self.model_tasks = tuple(t.strip() for t in self.model_tasks.split(","))
+        if self.contrastive_only and not self.contrastive_weight:
+            raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
         if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
             raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
                              f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
@@ -169,7 +176,9 @@ class TrainConfig:
 
     def model_config(self) -> ModelConfig:
         names = {f.name for f in fields(ModelConfig)}
-        return ModelConfig(**{k: v for k, v in asdict(self).items() if k in names})
+        kw = {k: v for k, v in asdict(self).items() if k in names}
+        if self.model_tasks: kw["tasks"] = tuple(self.model_tasks)
+        return ModelConfig(**kw)
 
     def schedule_config(self) -> ScheduleConfig:
         kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
@@ -225,6 +234,24 @@ for _p in ("lora", "dora"):
     PRESETS[f"002-{_p}"] = dict(_T4_SCALE, **_T4_BACKBONES["sbert"], peft=_p, mode="pretrain", lora_r=16, lora_alpha=32.0,
                                 lora_targets="query,value", lr_adapters=2e-4, schedule="linear", sampler="annealed",
                                 upweight={"sst": 2, "sts": 2})
+# Multitask optimisation at the quick budget (the closing table of the optimisation issue): every task in every step
+# (simultaneous, as seed 004), 240 steps = the quick preset's 720 task batches, gradient conflicts measured every 20 steps.
+# Each row changes one thing; the phase rows keep the same 720 batches (240 in the first phase, 160 x 3 in the second)
+_OPT = dict(PRESETS["quick"], sampler="simultaneous", steps_per_epoch=240, grad_conflicts=True, grad_conflicts_every=20)
+PRESETS.update({
+    "opt-base": _OPT,
+    "opt-smart1": dict(_OPT, smart_weight=1.0),                 # seed 004, Table 3: lambda_s 1 and 5
+    "opt-smart5": dict(_OPT, smart_weight=5.0),
+    "opt-pcgrad": dict(_OPT, pcgrad=True),                      # seeds 003, 004
+    "opt-para-pre": dict(_OPT, phases=[dict(name="quora", tasks=["para"], steps_per_epoch=240, grad_conflicts=False),   # seeds 003, 004
+                                       dict(name="multitask", steps_per_epoch=160)]),
+    "opt-mnrl-pre": dict(_OPT, contrastive_sources="quora-positives,para,sts",                                              # seed 002
+                         phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32,
+                                      steps_per_epoch=240, grad_conflicts=False),
+                                 dict(name="multitask", steps_per_epoch=160)]),
+    # the seeds' own budgets, for a GPU: seed 004's one epoch of Quora before simultaneous training
+    "cross-para-pre": dict(PRESETS["cross"], phases=[dict(name="quora", tasks=["para"], epochs=1), dict(name="multitask")]),
+})
 GPU_PRESETS = {"sbert-bert-base": dict(PRESETS["sbert"], backbone="bert-base-uncased")}
 PRESETS.update(GPU_PRESETS)
 
@@ -432,8 +459,11 @@ def _full_state(model, opt, lr_sched, iters, st:dict, cfg:TrainConfig, code:dict
     return dict(model=model.state_dict(), optimizer=opt.state_dict(), lr_scheduler=lr_sched.state_dict(), iterators=iters.state_dict(),
                 rng=rng_state(), progress=st, config=asdict(cfg), code=code)
 
-def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
+def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None) -> dict:
     "Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`)"
+    if cfg.phases:   # several phases chained in one run folder (14_phases)
+        from minbert_nb.phases import train_phases
+        return train_phases(cfg, progress=progress, resume=resume)
     t0, code = time.time(), code_version()   # the code as it was when the run started
     set_seed(cfg.seed)   # the same on every rank: identical heads, and resumable dropout streams
     rank, world, device = _setup_distributed(cfg)
@@ -466,6 +496,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     fwd = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               find_unused_parameters=True) if world > 1 else model   # one task's head per step: the others get no gradient
     if cfg.compile: fwd = torch.compile(fwd, dynamic=True)
+    if init_from is not None and not resume: model.load_state_dict(load_checkpoint(init_from)["model"])   # a previous phase's weights
     bias, train_prior = _para_bias(data["train"].get("para"), cfg.para_prior)
     model.para_logit_bias.fill_(bias)
     if not resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
@@ -473,7 +504,11 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
     counts = model.param_report()
     n_train, n_all = counts["trainable"], counts["total"]
     opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay))
-    sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in train_dl.items()}, cfg.epochs)
+    if cfg.contrastive_only:   # every step a batch of positive pairs, nothing else
+        if not pos_dl: raise ValueError("contrastive_only=True, but no contrastive pairs were built (contrastive_weight is 0?).")
+        sched = TaskSchedule(ScheduleConfig(kind="round_robin", steps_per_epoch=cfg.steps_per_epoch, seed=cfg.seed, anchor="contrastive"),
+                             {"contrastive": len(pos_dl["contrastive"])}, cfg.epochs)
+    else: sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in train_dl.items()}, cfg.epochs)
     total_updates = optimizer_updates(sched, cfg.epochs, cfg.grad_accum)   # what the loop below takes: the schedule ends at the last one
     lr_sched = make_scheduler(opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
     iters = TaskIterators({**train_dl, **pos_dl}, seed=cfg.seed)
@@ -509,7 +544,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
             bar = tqdm(total=len(plan), initial=st["i"], desc=f"epoch {epoch}/{cfg.epochs}", disable=not (progress and main),
                        mininterval=1.0, dynamic_ncols=True)
             for i in range(st["i"], len(plan)):
-                tasks = tuple(plan[i]) + (("contrastive",) if pos_dl and i % cfg.contrastive_every == 0 else ())   # + positive pairs
+                extra = pos_dl and not cfg.contrastive_only and i % cfg.contrastive_every == 0
+                tasks = tuple(plan[i]) + (("contrastive",) if extra else ())   # + a batch of positive pairs
                 batches = [(t, iters.next(t)) for t in tasks]
                 update = (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan)
                 halt = step.step(batches, dict(epoch=epoch, step=i + 1, of=len(plan)), update, stop.requested)

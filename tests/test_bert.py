@@ -122,3 +122,21 @@ def test_long_sequences(models):
     assert enc["input_ids"].shape[1] == 512  # truncated by the tokenizer
     with pytest.raises(ValueError, match="longer than the position table"):
         ours(torch.ones(1, 513, dtype=torch.long))
+
+def test_evaluation_after_training_uses_the_new_weights():
+    "The q/k/v weight cached for evaluation is dropped after training: PyTorch's fused AdamW moves parameters without bumping their version"
+    from minbert_nb.core import tiny_config
+    from minbert_nb.optimizer import AdamW
+    set_seed(0)
+    m = BertModel(tiny_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    x = torch.randint(1, 50, (2, 7))
+    m.eval()
+    with torch.inference_mode(): m(x)                                 # fills the cache
+    m.train()
+    opt = AdamW(m.parameters(), lr=1e-2, fused=True)
+    m(x).last_hidden_state.sum().backward(); opt.step()
+    m.eval()
+    with torch.inference_mode(): got = m(x).last_hidden_state
+    fresh = BertModel(m.config); fresh.load_state_dict(m.state_dict()); fresh.eval()
+    with torch.inference_mode(): want = fresh(x).last_hidden_state
+    assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
