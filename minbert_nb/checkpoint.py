@@ -133,7 +133,8 @@ class TrainingInterrupted(Exception):
     "Raised by the training loop after it saved a checkpoint because a stop was requested"
 
 # %% ../nbs/08a_checkpoint.ipynb #1b568873
-RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "save_checkpoint", "checkpoint_every", "eval_batch_size", "download", "dry_run")
+RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "save_checkpoint", "checkpoint_every", "eval_batch_size", "download", "dry_run",
+                      "sync_every")
 
 def config_diff(saved:dict, current:dict, free=RESUME_FREE_FIELDS) -> dict:
     "Fields (other than `free` ones) whose values differ: `{field: (saved, current)}`"

@@ -226,7 +226,7 @@ class GradConflictLog:
         for a, b in self.pairs():
             rs, s = [r for r in self.rows if (r["task_a"], r["task_b"]) == (a, b)], summ[f"{a}-{b}"]
             lab = f"{a}-{b}" + (f" (mean {s['mean_cosine']:+.3f}, {s['frac_conflicting']:.0%} < 0)" if s["n"] else "")
-            ax.plot([r["step"] for r in rs], [r["cosine"] for r in rs], marker=".", lw=1, label=lab)
+            ax.plot([r["step"] for r in rs], [r["cosine"] for r in rs], marker=".", lw=1, label=lab, ls=":" if a == b else "-")   # a-a: two batches of a
         ax.axhline(0, color="k", lw=0.8, ls="--")
         for e in sorted({r["epoch"] for r in self.rows})[1:]: ax.axvline(min(r["step"] for r in self.rows if r["epoch"] == e), color="0.6", lw=0.6, ls=":")
         ax.set_xlabel("step"); ax.set_ylabel("cosine"); ax.set_title(title, fontsize=10); ax.grid(alpha=0.3)
