@@ -129,6 +129,7 @@ class TrainConfig:
     pcgrad: bool = False             # PCGrad on the shared parameters (needs --sampler simultaneous: every task in every step)
     grad_conflicts: bool = False     # measure the pairwise cosines of the task gradients every grad_conflicts_every steps
     grad_conflicts_every: int = 50   # optimizer steps between two measurements
+    grad_conflicts_batches: int = 1  # batches averaged into each task gradient of a measurement (more: less sampling noise)
     sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
     # --- training phases (see 14_phases)
     phases: list|str|None = None     # a JSON list of phases (or a file holding one): each a dict of fields that differ, plus "name"
@@ -157,7 +158,7 @@ class TrainConfig:
             raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
                              f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
                              "(the step would be plain training). Add --sampler simultaneous, or drop --pcgrad.")
-        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every", "grad_conflicts_every"):
+        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every", "grad_conflicts_every", "grad_conflicts_batches"):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
 
     def _check_types(self):
@@ -393,7 +394,8 @@ def _conflict_probe(cfg:TrainConfig, model, data:dict, ctx:StepContext, world:in
     _single_process("Gradient-conflict measurement (--grad_conflicts)", world)
     if len(cfg.tasks) < 2: raise ValueError("--grad_conflicts compares tasks: give at least two (--tasks sst,para,sts).")
     dls = {t: make_loader(ds, cfg.batch_size, shuffle=True, bucket=cfg.bucket, seed=cfg.seed + 1) for t, ds in data["train"].items()}
-    return ConflictProbe(model, TaskIterators(dls, seed=cfg.seed + 1), cfg.tasks, cfg.grad_conflicts_every, ctx)
+    return ConflictProbe(model, TaskIterators(dls, seed=cfg.seed + 1), cfg.tasks, cfg.grad_conflicts_every, ctx,
+                         batches=cfg.grad_conflicts_batches)
 
 # %% ../nbs/09_train.ipynb #d669b2e6
 def _jsonable(o):
