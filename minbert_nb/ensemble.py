@@ -201,6 +201,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     methods = dict(sst=sst, cfimdb=sst, para=para, sts=sts)
     for t, m in methods.items():
         if m not in METHODS[t]: raise ValueError(f"--{'sst' if t == 'cfimdb' else t} {m}: expected one of {', '.join(METHODS[t])}.")
+    _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
     results, skipped = {}, []
     for split in splits:
         for t in ENSEMBLE_TASKS:
@@ -229,7 +230,6 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         m["reported"] = {k: mj[k] for k in ("split", *METRIC.values(), "overall") if k in mj}
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
                    ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped)
-    _prepare_out(out, runs)
     for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
     write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits),
                     data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
