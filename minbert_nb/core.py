@@ -14,7 +14,7 @@ import torch
 
 # %% auto #0
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_bf16_supported',
-           'tune_cpu_allocator', 'count_params', 'to_device', 'cli_parser', 'cli']
+           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #7ae4e190
 # Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
@@ -145,6 +145,13 @@ def to_device(batch, device):
     if isinstance(batch, dict): return {k: to_device(v, device) for k, v in batch.items()}
     if isinstance(batch, (list, tuple)): return type(batch)(to_device(v, device) for v in batch)
     return batch
+
+# %% ../nbs/00_core.ipynb #8961e915
+def stamp_figure(fig, run_id:str, commit:str|None=None, dirty:bool=False):
+    "Write `run_id` and the git `commit` (`+dirty` if the code differed) into `fig`'s bottom-right corner; returns the text"
+    text = f"{run_id} · {commit or 'no git commit'}{'+dirty' if dirty else ''}"
+    fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=6, color="0.45", family="monospace")
+    return text
 
 # %% ../nbs/00_core.ipynb #65d99f93
 def _to_bool(s) -> bool:

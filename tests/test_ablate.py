@@ -1,0 +1,86 @@
+"The ablation runner: the registry against the reports, resuming an interrupted table, figures from a tiny run"
+import json, re
+from pathlib import Path
+import pytest
+import minbert_nb.ablate as A
+from datapaths import ROOT, SAMPLE
+
+SEEDS = ROOT.parent / "shared" / "seeds"
+needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"needs the four reports in {SEEDS} (the project's spec)")
+
+def _numbers(line:str) -> list:
+    "Every number of a line of a report, '- 0.048' (as seed 003 prints one) included"
+    return [float(x.replace(" ", "")) for x in re.findall(r"-[ ]?\d+\.\d+|-?\d+(?:\.\d+)?", line)]
+
+def _contains(seq, sub) -> bool:
+    return any(all(abs(a - b) < 1e-9 for a, b in zip(seq[i:i + len(sub)], sub)) for i in range(len(seq) - len(sub) + 1))
+
+@needs_seeds
+@pytest.mark.parametrize("tid", list(A.TABLES))
+def test_registry_numbers_are_the_reports(tid):
+    "Every row's printed numbers occur, in the table's column order, on one line of the report inside the table's lines"
+    t = A.TABLES[tid]
+    seed, lo, hi = re.fullmatch(r"(\d{3}) lines (\d+)-(\d+)", t.source).groups()
+    (path,) = SEEDS.glob(f"{seed}_*.txt")
+    lines = path.read_text().splitlines()[int(lo) - 1:int(hi)]
+    assert any(t.caption[:40] in l for l in lines), f"{tid}: caption not within {t.source}"
+    for r in t.rows:
+        want = [v for v in r.paper.values() if v is not None]
+        hits = [l for l in lines if _contains(_numbers(l), want)]
+        assert hits, f"{tid} / {r.name}: {want} is not on any line of {path.name} {lo}-{hi}"
+
+def test_numbers_parser():
+    assert _numbers("R3\tMultitask RR\tad910f4\t0.279\t0.260\t- 0.048\t0.625")[-4:] == [0.279, 0.26, -0.048, 0.625]
+    assert _contains([1.0, 2.0, 3.0], [2.0, 3.0]) and not _contains([1.0, 2.0, 3.0], [3.0, 2.0])
+
+def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, monkeypatch):
+    calls, real = [], A.train
+    def counting(cfg, *a, **k): calls.append(cfg.preset); return real(cfg, *a, **k)
+    monkeypatch.setattr(A, "train", counting)
+    out, data = tmp_path/"t10", str(SAMPLE)
+    A.run_table("000-T10", out, "tiny", rows=[1, 2], data_dir=data, progress=False)
+    assert calls == ["000-T10/Round Robin", "000-T10/Proportional"]
+    done = {p: p.stat().st_mtime_ns for p in out.rglob("row.json")}
+    def failing(cfg, *a, **k):                      # the run is killed while training row 4
+        calls.append(cfg.preset)
+        if cfg.preset.endswith("Annealed"): raise KeyboardInterrupt
+        return real(cfg, *a, **k)
+    monkeypatch.setattr(A, "train", failing); calls.clear()
+    with pytest.raises(KeyboardInterrupt): A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
+    assert calls == ["000-T10/Square Root", "000-T10/Annealed"]
+    monkeypatch.setattr(A, "train", counting); calls.clear()
+    df = A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
+    assert calls == ["000-T10/Annealed"]            # only the unfinished row trains again
+    assert {p: p.stat().st_mtime_ns for p in done} == done
+    assert df["status"].str.startswith("ok").all() and df["ours Avg"].notna().all()
+    md = (out/"table.md").read_text()
+    assert md.count("\n| ") == 1 + 4 and "000-T10" in md and "67.47" in md   # header + one line per paper row
+
+def test_figures_and_frontier_from_a_tiny_run(tmp_path):
+    "Table 4: three fine-tuned Sentence-BERT rows and their ensemble; the table figure and the parameter frontier"
+    out = tmp_path/"t4"
+    df = A.run_table("000-T4", out, "tiny", rows=[13, 14, 15, 17], data_dir=str(SAMPLE), progress=False)
+    assert list(df["row"]) == [r.name for r in A.TABLES["000-T4"].rows]
+    run = df.set_index("row")
+    assert run.loc["Ensemble x3", "status"].startswith("ok")
+    assert run.loc["Pretrain / Base BERT / -", "status"] == "not run: not selected (--rows)"
+    members = [run.loc[n, "ours Trainable Param (M)"] for n in A.TABLES["000-T4"].row("Ensemble x3").ensemble]
+    assert abs(run.loc["Ensemble x3", "ours Trainable Param (M)"] - sum(members)) < 1e-6
+    assert run.loc["Finetune / Sentence-BERT / PAL", "ours Trainable Param (M)"] > run.loc["Finetune / Sentence-BERT / -", "ours Trainable Param (M)"]
+    for f in ("figures/table.png", "figures/frontier.png"):
+        p = out/f
+        assert p.is_file() and p.stat().st_size > 10_000, f
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ens = json.loads((out/"rows"/"17-Ensemble_x3"/"row.json").read_text())
+    assert len(ens["metrics"]) and Path(ens["runs"][0]).joinpath("metrics.json").is_file()
+
+def test_rows_that_cannot_run_are_marked_with_the_reason(tmp_path):
+    df = A.run_table("003-T2", tmp_path/"t", "tiny", rows=[9, 10], data_dir=str(SAMPLE), progress=False)
+    assert df.loc[8, "status"].startswith("not run: the best of a sweep")
+    assert df.loc[9, "status"].startswith("not run: 'layer changes'")
+    assert df.loc[0, "status"] == "not run: not selected (--rows)" and len(df) == 11
+
+def test_offline_backbone_is_marked(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    df = A.run_table("000-T10", tmp_path/"t", "tiny", rows=[1], backbone="no-such-org/no-such-bert", data_dir=str(SAMPLE), progress=False)
+    assert df.loc[0, "status"].startswith("not run: backbone 'no-such-org/no-such-bert' is not available here")
