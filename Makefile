@@ -59,6 +59,8 @@ nbs: $(VENV)/.dev
 	HF_HUB_OFFLINE=1 $(BIN)/nbdev-test --n-workers 1 --save
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
+# The offline docs site in _site/ (no Quarto, nothing from the web): the notebooks in reading order, MathJax bundled from the
+# dev extras; open _site/index.html or serve it, e.g. .venv/bin/python -m http.server -d _site. Rewrites nbs/sidebar.yml in the same order.
 docs: $(VENV)/.dev
 	$(BIN)/python tools/docs.py site
 
@@ -66,4 +68,4 @@ readme: $(VENV)/.dev
 	$(BIN)/python tools/docs.py readme
 
 clean:
-	rm -rf _proc _site build *.egg-info
+	rm -rf _proc _site _site_screens build *.egg-info
