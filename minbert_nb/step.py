@@ -110,18 +110,19 @@ class StepStats:
     def __init__(self, device:torch.device, sync_every:int=1, world:int=1, rank:int=0):
         self.device, self.sync_every, self.world, self.rank = device, max(1, int(sync_every)), world, rank
         self.losses, self._pending = [], []              # host: synced per-step losses; device: steps waiting to be read
+        self.task_losses = []                             # host: synced (task, loss) of every task batch (per-task curves)
         self.checkpoint = "the run folder's last.pt"     # named in the messages
 
     def start_step(self, where:dict):
         "Begin a step; `where` (epoch, step, of) is kept on the host for the messages"
         self._cur = dict(loss=torch.zeros((), dtype=torch.float64, device=self.device),
                          loss_ok=torch.ones((), dtype=torch.bool, device=self.device), grad_ok=None,
-                         where=dict(where), tasks=[])
+                         where=dict(where), tasks=[], by_task=[])
 
     def add_loss(self, loss:torch.Tensor, task:str, ids):
         "Count one task's loss of the current step; with `sync_every=1` on one rank a non-finite loss raises at once"
         d, c = loss.detach(), self._cur
-        c["tasks"].append((task, list(ids)))
+        c["tasks"].append((task, list(ids))); c["by_task"].append((task, d.double()))
         fin = torch.isfinite(d)
         if self.sync_every == 1 and self.world == 1 and not fin: raise FloatingPointError(self._message("loss", d.item(), c))
         c["loss_ok"] = c["loss_ok"] & fin
@@ -147,13 +148,15 @@ class StepStats:
         lok = torch.stack([c["loss_ok"] for c in P]) if P else one[None]
         gok = torch.stack([one if c["grad_ok"] is None else c["grad_ok"] for c in P]) if P else one[None]
         flags = torch.stack([(~lok).any(), (~gok).any()]).double()
-        vals = torch.cat([torch.stack([c["loss"] for c in P]) if P else torch.zeros(0, dtype=torch.float64, device=self.device),
+        names = [t for c in P for t, _ in c["by_task"]]   # each task batch's own loss rides along in the same transfer
+        none = torch.zeros(0, dtype=torch.float64, device=self.device)
+        vals = torch.cat([torch.stack([c["loss"] for c in P]) if P else none, torch.stack([d for c in P for _, d in c["by_task"]]) if names else none,
                           flags, torch.tensor([float(stop_requested)], dtype=torch.float64, device=self.device)])
         if self.world > 1:
-            vals = vals.clone(); vals[:len(P)] /= self.world
+            vals = vals.clone(); vals[:len(P) + len(names)] /= self.world
             torch.distributed.all_reduce(vals)
         host = vals.tolist()
-        n = len(P); bad_loss, bad_grad, stop = host[n] > 0, host[n + 1] > 0, host[n + 2] > 0
+        n, m = len(P), len(names); bad_loss, bad_grad, stop = host[n + m] > 0, host[n + m + 1] > 0, host[n + m + 2] > 0
         if bad_loss or bad_grad:
             lo, go = lok.tolist(), gok.tolist()
             mine = [(c, "loss" if not l else "gradient norm") for c, l, g in zip(P, lo, go) if not (l and g)]
@@ -163,7 +166,7 @@ class StepStats:
             raise FloatingPointError(f"non-finite loss on another rank at epoch {w.get('epoch')}, step {w.get('step')}/{w.get('of')}"
                                      + (f" (or within the {n} steps read together)" if n > 1 else "")
                                      + f"; that rank names the batch. The last good checkpoint is {self.checkpoint}.")
-        self.losses += host[:n]; self._pending = []
+        self.losses += host[:n]; self.task_losses += list(zip(names, host[n:n + m])); self._pending = []
         return stop
 
     def _message(self, what:str, value:float, c:dict) -> str:

@@ -543,6 +543,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
             model.train()
             plan, t_ep = sched.plan(epoch), time.time()
             step.stats.losses = st["losses"]   # the epoch's per-step losses, read from the device every sync_every steps
+            step.stats.task_losses = st.setdefault("task_losses", [])   # ... and each task batch's loss (history's train_loss_TASK)
             bar = tqdm(total=len(plan), initial=st["i"], desc=f"epoch {epoch}/{cfg.epochs}", disable=not (progress and main),
                        mininterval=1.0, dynamic_ncols=True)
             for i in range(st["i"], len(plan)):
@@ -573,7 +574,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
             bar.close()
             st["train_time"] += time.time() - t_ep
             if not main:   # rank 0 evaluates and writes; the others wait for it
-                st.update(epoch=epoch + 1, i=0, losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
+                st.update(epoch=epoch + 1, i=0, losses=[], task_losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
                 dist.barrier()
                 if stop.requested and epoch < cfg.epochs: raise TrainingInterrupted(f"{stop.signal}: rank {rank} stopped after epoch {epoch}.")
                 continue
@@ -583,7 +584,9 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
             row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"],
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
-                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"], **m)
+                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"], **m,
+                       **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))
+                          for t in dict.fromkeys(u for u, _ in st.get("task_losses", []))})
             st["history"].append(row)
             pd.DataFrame(st["history"]).to_csv(run/"history.csv", index=False)
             if probe is not None: probe.log.to_csv(run/"grad_conflicts.csv")
@@ -594,7 +597,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 st.update(best=score, best_epoch=epoch, best_metrics=dict(m))
                 atomic_save(dict(model=model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code), run/"best.pt")
                 for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev")); write_raw(df, t, raw_path(run, t, "dev"))
-            st.update(epoch=epoch + 1, i=0, losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
+            st.update(epoch=epoch + 1, i=0, losses=[], task_losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
             save_last()
             if world > 1: dist.barrier()
             if stop.requested and epoch < cfg.epochs:
