@@ -50,10 +50,8 @@ def _clean(nb):
                 for k in list(o.keys()):
                     if k not in ("output_type", "data", "metadata", "execution_count", "name", "text", "ename", "evalue", "traceback"): del o[k]
     if nb.cells and nb.cells[0].cell_type == "raw" and nb.cells[0].source.lstrip().startswith("---"):
-        for line in nb.cells[0].source.strip().strip("-").splitlines():
-            if ":" in line and not line.startswith(" "):
-                k, v = line.split(":", 1); front[k.strip()] = v.strip()
-            elif line.startswith("  ") and front: front[list(front)[-1]] += " " + line.strip()
+        import yaml   # nbdev writes YAML (quoted titles such as 'a paper''s table'), so read it as YAML
+        front = {k: " ".join(str(v).split()) for k, v in (yaml.safe_load(nb.cells[0].source.strip().strip("-")) or {}).items()}
         nb.cells = nb.cells[1:]
     # quarto's `#| echo: false` hides the input of show_doc cells
     for c in nb.cells:
