@@ -14,7 +14,7 @@ import torch
 
 # %% auto #0
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_bf16_supported',
-           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'cli_parser', 'cli']
+           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'stamp_run_figure', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #7ae4e190
 # Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
@@ -152,6 +152,14 @@ def stamp_figure(fig, run_id:str, commit:str|None=None, dirty:bool=False):
     text = f"{run_id} · {commit or 'no git commit'}{'+dirty' if dirty else ''}"
     fig.text(0.995, 0.005, text, ha="right", va="bottom", fontsize=6, color="0.45", family="monospace")
     return text
+
+# %% ../nbs/00_core.ipynb #c323c515
+def stamp_run_figure(fig, path) -> str:
+    "Stamp `fig`, about to be saved at `RUN_DIR/figures/NAME.png` (or `RUN_DIR/NAME.png`), with the run id and the current commit"
+    from minbert_nb.checkpoint import code_version   # imported here: checkpoint imports this module
+    p = Path(path); run = p.parent.parent if p.parent.name == "figures" else p.parent
+    cv = code_version()
+    return stamp_figure(fig, run.name, cv.get("git"), cv.get("dirty", False))
 
 # %% ../nbs/00_core.ipynb #65d99f93
 def _to_bool(s) -> bool:

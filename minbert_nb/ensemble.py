@@ -14,6 +14,7 @@ from .data import DataError, get_task, load_split
 from .evaluate import (read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
                                  score_split, overall_score)
 from .checkpoint import code_version
+from .core import stamp_run_figure
 
 # %% auto #0
 __all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'METRIC', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores',
@@ -169,7 +170,8 @@ def plot_members(metrics:dict, path) -> Path:
     ax.set_ylim(max(min(vals) - 0.1, -1), min(max(vals) + 0.08, 1.05))
     ax.set_xticks(x + n * w / 2, keys); ax.set_ylabel("dev"); ax.set_title(f"{n} members vs the ensemble")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout(); Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1)); stamp_run_figure(fig, path)
+    Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
 # %% ../nbs/15_ensemble.ipynb #e5bad7f0

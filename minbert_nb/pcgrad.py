@@ -232,6 +232,9 @@ class GradConflictLog:
         ax.set_xlabel("step"); ax.set_ylabel("cosine"); ax.set_title(title, fontsize=10); ax.grid(alpha=0.3)
         if self.rows: ax.legend(fontsize=8)
         fig.tight_layout()
-        if path is not None: Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
+        if path is not None:
+            from minbert_nb.core import stamp_run_figure
+            fig.tight_layout(rect=(0, 0.03, 1, 1)); stamp_run_figure(fig, path)
+            Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
         plt.close(fig)
         return fig

@@ -419,7 +419,8 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
     axs[0].set_xlabel("epoch"); axs[0].set_title("dev"); axs[0].legend(fontsize=8)
     axs[1].plot(hist.epoch, hist.train_loss, marker="o"); axs[1].set_xlabel("epoch"); axs[1].set_title("train loss")
     for ax in axs: ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))   # epochs are whole numbers
-    fig.tight_layout(); Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1)); stamp_run_figure(fig, path)        # run id and commit in the corner (00_core)
+    Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
 # %% ../nbs/09_train.ipynb #472fcf49
