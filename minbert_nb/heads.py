@@ -39,11 +39,12 @@ class ClassifierHead(nn.Module):
     def forward(self, x): return self.net(x)
 
 # %% ../nbs/05_heads.ipynb #45283f5e
-PAIR_FEATURES = {"uv": 2, "uvd": 3, "uvdp": 4}   # name -> width multiple of the embedding
+PAIR_FEATURES = {"sum": 1, "uv": 2, "uvd": 3, "uvdp": 4}   # name -> width multiple of the embedding
 
 def pair_features(u:torch.Tensor, v:torch.Tensor, kind:str="uvd") -> torch.Tensor:
-    "Features of a sentence pair: `uv`=(u,v), `uvd`=(u,v,|u-v|), `uvdp`=(u,v,|u-v|,u*v)"
+    "Features of a sentence pair: `sum`=u+v (seed 002's baseline), `uv`=(u,v), `uvd`=(u,v,|u-v|), `uvdp`=(u,v,|u-v|,u*v)"
     if kind not in PAIR_FEATURES: raise ValueError(f"pair features {kind!r} unknown; expected one of {list(PAIR_FEATURES)}.")
+    if kind == "sum": return u + v
     parts = [u, v] + ([(u - v).abs()] if kind != "uv" else []) + ([u * v] if kind == "uvdp" else [])
     return torch.cat(parts, dim=-1)
 

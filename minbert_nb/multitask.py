@@ -34,7 +34,7 @@ class ModelConfig:
     attention_dropout: float|None = None  # override the dropout on attention probabilities; None keeps the checkpoint's
     pair_mode: str = "bi"            # bi: each sentence alone through BERT | cross: [CLS] a [SEP] b [SEP]
     pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross", "sts": "bi"}
-    pair_features: str = "uv"        # bi-encoder features: uv | uvd | uvdp
+    pair_features: str = "uv"        # bi-encoder features: sum | uv | uvd | uvdp
     sts_head: str = "features"       # bi-encoder STS: features (regression head) | cosine (no parameters)
     cosine_floor: float = -1.0       # cosine head: the cos mapped to STS 0 (-1: (cos+1)*5/2 as in the seeds; 0: sentence-transformers)
     mode: str = "finetune"           # finetune: train all | pretrain: backbone frozen

@@ -60,7 +60,7 @@ class TrainConfig:
     attention_dropout: float|None = None  # attention-probability dropout override (None keeps the checkpoint's)
     pair_mode: str = "bi"            # bi | cross
     pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross"}
-    pair_features: str = "uv"        # uv | uvd | uvdp
+    pair_features: str = "uv"        # sum | uv | uvd | uvdp
     sts_head: str = "features"       # features | cosine
     cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
     mode: str = "finetune"           # finetune | pretrain (backbone frozen; PEFT modules and heads train)
