@@ -4,6 +4,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import re
 import pytest
 from datapaths import SAMPLE
 
@@ -29,13 +30,21 @@ _NO_DATA_LOOKUP = {"test_bert.py", "test_optimizer.py", "test_losses.py", "test_
                    "test_notebooks.py", "test_docs.py",
                    "test_ablate.py"}   # ... or that pass the committed sample explicitly
 
+# A notebook that names none of these never reads the data folder (nor the sample): it runs the same in both passes
+_DATA_WORDS = re.compile(r"data_or_sample|find_data_dir|MINBERT_DATA|load_split|ensure_data|data_dir|sample_data|shared/data")
+_LOOKS = {}
+def _looks_data_up(path) -> bool:
+    if path not in _LOOKS: _LOOKS[path] = bool(_DATA_WORDS.search(path.read_text(encoding="utf-8")))
+    return _LOOKS[path]
+
 def pytest_collection_modifyitems(config, items):
     """`make test-nodata` (MINBERT_NODATA_PASS=1) is CI's second pass, with the data lookup pointed at an empty folder. It runs
-    what can behave differently there: the notebooks and every test that looks data up. Tests that read only the committed
-    sample (the `small_data` fixture), and test files that never look data up, give the same result in both passes and ran
-    in the first one, so this pass leaves them out."""
+    what can behave differently there: the notebooks and tests that look data up. Tests that read only the committed
+    sample (the `small_data` fixture), and test files and notebooks that never look data up, give the same result in both
+    passes and ran in the first one, so this pass leaves them out."""
     if os.environ.get("MINBERT_NODATA_PASS") != "1": return
-    same = lambda it: "small_data" in getattr(it, "fixturenames", ()) or it.path.name in _NO_DATA_LOOKUP
+    same = lambda it: ("small_data" in getattr(it, "fixturenames", ()) or it.path.name in _NO_DATA_LOOKUP
+                       or (it.path.suffix == ".ipynb" and not _looks_data_up(it.path)))
     drop = [it for it in items if same(it)]
     if drop:
         config.hook.pytest_deselected(items=drop)
