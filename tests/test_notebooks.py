@@ -23,6 +23,9 @@ def test_notebook_skeleton(nb):
     "Title cell, one default_exp, and the export cell at the end"
     cells = json.loads(nb.read_text())["cells"]
     assert cells[0]["cell_type"] == "markdown" and "".join(cells[0]["source"]).startswith("# "), f"{nb.name}: first cell must be '# Title'"
+    if "".join(cells[0]["source"]).startswith("# Walkthrough"):   # a walkthrough uses the package and exports nothing
+        assert not any(re.search(r"^#\|\s*(default_exp|export)", _src(c), re.M) for c in _cells(nb)), f"{nb.name}: a walkthrough exports nothing"
+        return
     assert sum("#| default_exp" in _src(c) for c in _cells(nb)) == 1, f"{nb.name}: exactly one `#| default_exp`"
     assert "nbdev_export()" in _src(_cells(nb)[-1]), f"{nb.name}: last cell must be `#| hide` `import nbdev; nbdev.nbdev_export()`"
 
