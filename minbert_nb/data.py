@@ -352,10 +352,11 @@ def read_sick(path, split:str="train", scale:str="linear", skip_bad_rows:bool=Fa
 
 # %% ../nbs/04_data.ipynb #ab4f7332
 class TaskDataset(Dataset):
-    "The rows of `df` for `task`, tokenized once; items are `dict(id, label, a[, b])`"
+    "The rows of `df` for `task`, tokenized once; items are `dict(id, label, a[, b][, x])`"
     def __init__(self, df:pd.DataFrame, task, tokenizer, max_length:int=128, pair_mode:str="bi", swap:bool=False):
         spec = self.task = get_task(task)
-        if pair_mode not in ("bi", "cross"): raise ValueError(f"pair_mode={pair_mode!r}: expected 'bi' (two sequences) or 'cross' (one).")
+        if pair_mode not in ("bi", "cross", "both"):
+            raise ValueError(f"pair_mode={pair_mode!r}: expected 'bi' (two sequences), 'cross' (one) or 'both' (the two and the one).")
         if miss := [c for c in ["id", *spec.text_cols] if c not in df.columns]:
             raise ValueError(f"{df.attrs.get('path', 'data frame')}: no column {miss[0]!r} for task {spec.name}; read it with read_task_file or read_generic.")
         self.pair_mode, self.max_length, self.attrs = pair_mode, max_length, dict(df.attrs)
@@ -368,14 +369,17 @@ class TaskDataset(Dataset):
         enc = partial(tokenizer, truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True)
         s1 = df["sentence1"].astype(str).tolist()
         s2 = df["sentence2"].astype(str).tolist() if spec.is_pair else None
-        swapped = None
-        if spec.is_pair and pair_mode == "cross":
+        swapped = joint = None
+        if spec.is_pair and pair_mode != "bi":
+            joint = enc(s1, s2)                # [CLS] s1 [SEP] s2 [SEP]
             if swap: swapped = enc(s2, s1)     # the other order, for pair_swap (see 06_multitask)
-            s1, s2, two = enc(s1, s2), None, False
+        if spec.is_pair and pair_mode == "cross": s1, s2, two, joint = joint, None, False, None
         else: s1, s2, two = enc(s1), (enc(s2) if spec.is_pair else None), spec.is_pair
-        self.a = list(zip(s1["input_ids"], s1["token_type_ids"]))
-        self.a_swap = list(zip(swapped["input_ids"], swapped["token_type_ids"])) if swapped is not None else None
-        self.b = list(zip(s2["input_ids"], s2["token_type_ids"])) if two else None
+        rows = lambda e: list(zip(e["input_ids"], e["token_type_ids"])) if e is not None else None
+        self.a, self.b = rows(s1), rows(s2) if two else None
+        # the other order belongs to the cross-encoder sequence: `a` in cross mode, `x` in both
+        self.x, swapped = rows(joint), rows(swapped)
+        self.a_swap, self.x_swap = (swapped, None) if pair_mode == "cross" else (None, swapped)
         self.lengths = np.array([len(x[0]) for x in self.a]) + (np.array([len(x[0]) for x in self.b]) if two else 0)
 
     def __len__(self): return len(self.ids)
@@ -383,6 +387,8 @@ class TaskDataset(Dataset):
         it = dict(id=self.ids[i], label=self.labels[i], a=self.a[i])
         if self.b is not None: it["b"] = self.b[i]
         if self.a_swap is not None: it["a_swap"] = self.a_swap[i]
+        if self.x is not None: it["x"] = self.x[i]
+        if self.x_swap is not None: it["x_swap"] = self.x_swap[i]
         return it
 
 # %% ../nbs/04_data.ipynb #ff48074a
@@ -407,8 +413,9 @@ def collate(items:list, task, pad_id:int=0) -> dict:
     if batch["labels"] is not None: batch["label_mask"] = torch.tensor([l is not None for l in ls])
     batch["a"] = _pad([it["a"] for it in items], pad_id)
     if "b" in items[0]: batch["b"] = _pad([it["b"] for it in items], pad_id)
-    if "a_swap" in items[0]: batch["a_swap"] = _pad([it["a_swap"] for it in items], pad_id)
-    masks = [batch[k]["attention_mask"] for k in ("a", "b") if k in batch]
+    for k in ("a_swap", "x", "x_swap"):
+        if k in items[0]: batch[k] = _pad([it[k] for it in items], pad_id)
+    masks = [batch[k]["attention_mask"] for k in ("a", "b", "x") if k in batch]   # what a training step feeds BERT
     batch["n_tokens"] = int(sum(m.sum() for m in masks))
     batch["n_pad"] = int(sum(m.numel() for m in masks)) - batch["n_tokens"]
     return batch

@@ -33,7 +33,7 @@ class ModelConfig:
     hidden_dropout: float|None = None  # override the backbone's dropout (seed 004 tuned 0.1-0.4); None keeps the checkpoint's
     attention_dropout: float|None = None  # override the dropout on attention probabilities; None keeps the checkpoint's
     pair_mode: str = "bi"            # bi: each sentence alone through BERT | cross: [CLS] a [SEP] b [SEP]
-    pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross", "sts": "bi"}
+    pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross", "sts": "both"} (both: mean of cosine and cross-encoder, STS only)
     pair_features: str = "uv"        # bi-encoder features: sum | uv | uvd | uvdp
     sts_head: str = "features"       # bi-encoder STS: features (regression head) | cosine (no parameters)
     cosine_floor: float = -1.0       # cosine head: the cos mapped to STS 0 (-1: (cos+1)*5/2 as in the seeds; 0: sentence-transformers)
@@ -59,8 +59,12 @@ class ModelConfig:
         for k, allowed in checks.items():
             if getattr(self, k) not in allowed: raise ValueError(f"model config: {k}={getattr(self, k)!r}; expected one of {allowed}.")
         for t, m in (self.pair_modes or {}).items():
-            if t not in ("para", "sts") or m not in ("bi", "cross"):
-                raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys para/sts and values 'bi'/'cross'.")
+            if t not in ("para", "sts") or m not in ("bi", "cross", "both") or (m == "both" and t != "sts"):
+                raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys para/sts and values 'bi'/'cross' "
+                                 "('both' for sts only).")
+        if self.mode_of("sts") == "both" and self.sts_head != "cosine":
+            raise ValueError(f"model config: pair_modes['sts']='both' averages the cosine bi-encoder with a cross-encoder; "
+                             f"it needs sts_head='cosine' (got {self.sts_head!r}).")
         self.peft_config()                   # validates the PEFT fields
         bad = [t for t in self.tasks if t not in TASK_OUTPUTS]
         if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASK_OUTPUTS)}.")
@@ -71,7 +75,7 @@ class ModelConfig:
                           self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_targets)
 
     def mode_of(self, task:str) -> str:
-        "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi' or 'cross'"
+        "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both'"
         if task not in ("para", "sts"): return "single"
         return (self.pair_modes or {}).get(task, self.pair_mode)
 
@@ -82,6 +86,7 @@ class TaskOutput:
     pred: torch.Tensor              # logits (B, n) for classification, (B,) for para logit and STS score
     u: torch.Tensor|None = None     # sentence vectors of the first sentences (bi-encoder / single)
     v: torch.Tensor|None = None     # ... and of the second sentences (bi-encoder pairs)
+    parts: tuple|None = None        # pair_mode 'both': the (bi-encoder, cross-encoder) scores whose mean is `pred`
 
 def _pad_to(enc:dict, T:int, pad_id:int=0) -> dict:
     "Right-pad every (B, t) tensor of `enc` to length `T`: `input_ids` with `pad_id`, the mask and token types with 0"
@@ -102,7 +107,7 @@ class MultitaskBert(nn.Module):
         for t in cfg.tasks:
             mode = cfg.mode_of(t)
             if t == "sts" and mode == "bi" and cfg.sts_head == "cosine": continue   # no parameters
-            n_in = PAIR_FEATURES[cfg.pair_features] * C if mode == "bi" else C
+            n_in = PAIR_FEATURES[cfg.pair_features] * C if mode == "bi" else C    # 'both': the cross-encoder's head
             self.heads[t] = ClassifierHead(n_in, TASK_OUTPUTS[t], cfg.head_layers, C, cfg.head_dropout)
         # Quora prior-shift correction: added to the paraphrase logit at prediction time (see 09_train); 0 = none
         self.register_buffer("para_logit_bias", torch.zeros(()))
@@ -141,12 +146,16 @@ class MultitaskBert(nn.Module):
         task = batch["task"]
         if task == "contrastive": return self._contrastive(batch)
         if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
-        if self.cfg.mode_of(task) != "bi":
-            if self.cfg.pair_swap and "a_swap" in batch: return self._both_orders(task, batch)
+        mode = self.cfg.mode_of(task)
+        if mode in ("single", "cross"):
+            if mode == "cross": return self._cross(task, batch["a"], batch.get("a_swap"))
             u = self.embed(batch["a"], task)
-            out = self.heads[task](u)
-            return TaskOutput(out.squeeze(-1) if task in ("para", "sts") else out, u)
+            return TaskOutput(self.heads[task](u), u)
         u, v = self.embed_pair(batch["a"], batch["b"], task)
+        if mode == "both":                                   # STS: the mean of the cosine and the cross-encoder's score
+            if "x" not in batch: raise KeyError("pair_mode 'both' needs the joint sequence `x`: build the TaskDataset with pair_mode='both'.")
+            bi, cross = cosine_to_sts(u, v, floor=self.cfg.cosine_floor), self._cross(task, batch["x"], batch.get("x_swap")).pred
+            return TaskOutput((bi + cross) / 2, u, v, parts=(bi, cross))
         if task == "sts" and self.cfg.sts_head == "cosine": return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
 
@@ -155,9 +164,11 @@ class MultitaskBert(nn.Module):
         u, v = self.embed_pair(batch["a"], batch["b"], "sts" if "sts" in self.cfg.tasks else self.cfg.tasks[0])
         return TaskOutput(None, u, v)
 
-    def _both_orders(self, task:str, batch:dict) -> TaskOutput:
-        "Cross-encoder pair with its other order `a_swap`: one order per row at random in training, the mean of both in evaluation"
-        a, s = batch["a"], batch["a_swap"]
+    def _cross(self, task:str, a:dict, s:dict|None=None) -> TaskOutput:
+        "Cross-encoder pair `a`; with its other order `s` and `pair_swap`, one order per row at random in training, the mean of both in evaluation"
+        if not (self.cfg.pair_swap and s is not None):
+            u = self.embed(a, task)
+            return TaskOutput(self.heads[task](u).squeeze(-1), u)
         if not self.training:
             u, v = self.embed_pair(a, s, task)                        # both orders in one BERT call
             return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
@@ -189,5 +200,6 @@ def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", se
     labels = {"sst": torch.randint(0, 5, (B,), generator=g), "cfimdb": torch.randint(0, 2, (B,), generator=g),
               "para": torch.randint(0, 2, (B,), generator=g), "sts": torch.rand(B, generator=g) * 5}[task]
     b = dict(task=task, ids=[f"id{i}" for i in range(B)], labels=labels, a=enc(T))
-    if task in ("para", "sts") and pair_mode == "bi": b["b"] = enc(T - 1)
+    if task in ("para", "sts") and pair_mode in ("bi", "both"): b["b"] = enc(T - 1)
+    if task in ("para", "sts") and pair_mode == "both": b["x"] = enc(2 * T - 1)   # the joint sequence
     return b

@@ -71,11 +71,12 @@ class MNRLTerm(LossTerm):
 
 # %% ../nbs/08b_step.ipynb #a6df2120
 def base_loss(task:str, out, labels:torch.Tensor|None, contrastive_weight:float=1.0, mnrl_scale:float=20.0) -> torch.Tensor:
-    "The task's own loss on `out`: CE (SST/CFIMDB), BCE on the logit (Quora), MSE (STS); weighted MNRL for a contrastive batch"
+    "The task's own loss on `out`: CE (SST/CFIMDB), BCE on the logit (Quora), MSE (STS; summed over `out.parts` when both encoders score it); weighted MNRL for a contrastive batch"
     if task == "contrastive": return contrastive_weight * mnrl_loss(out.u.float(), out.v.float(), scale=mnrl_scale)
     if task in ("sst", "cfimdb"): return sst_loss(out.pred.float(), labels)
     if task == "para": return para_loss(out.pred.float(), labels.float())
-    return sts_loss(out.pred.float(), labels)
+    parts = getattr(out, "parts", None) or (out.pred,)       # pair_mode 'both': each encoder learns the gold score on its own
+    return sum(sts_loss(p.float(), labels) for p in parts)
 
 # %% ../nbs/08b_step.ipynb #38867e7a
 class GradTransform:

@@ -205,11 +205,12 @@ PRESETS = {
     "cross": dict(pooling="cls", head_layers=1, pair_mode="cross", sampler="simultaneous", epochs=10, batch_size=8,
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
-    "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2, pair_modes={"para": "cross"},
+    "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2,
+                         pair_modes={"para": "cross", "sts": "both"},
                          pair_swap=True, sampler="proportional", upweight={"sst": 1.0, "sts": 1.5}, epochs=3, batch_size=32,
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
                          schedule="linear", warmup=0.06, para_prior=0.369, sick=False,
-                         sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
+                         sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=17088, quora_extra_2=True,
                          contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4),
 }
 # Part 1 of the project (seeds 000/003): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
@@ -342,7 +343,7 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
                     df, pool = with_phrases(df, cfg); paths.append(str(sst_trees_path(cfg.data_dir)))
                     files["sst_train_phrases"] = df.attrs["phrases"]
             mode = mcfg.mode_of(t)
-            out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="cross" if mode == "cross" else "bi",
+            out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="bi" if mode == "single" else mode,
                                         swap=mcfg.pair_swap)
             if pool is not None: out[split][t].pool = pool   # make_loader: every sentence each pass, phrases_per_epoch phrases
             files[f"{t}_{split}"] = paths if len(paths) > 1 else paths[0]
