@@ -15,18 +15,18 @@ import torch
 from tqdm.auto import tqdm
 from .core import set_seed, default_device, stamp_figure
 from .checkpoint import code_version
-from .data import DataError, ensure_data, find_data_dir, make_loader, sample_data_dir
-from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, load_tokenizer
+from .data import DataError, ensure_data, find_data_dir, sample_data_dir
+from .pretrained import CheckpointError, resolve_checkpoint, is_embedded
 from .multitask import MultitaskBert
-from .evaluate import evaluate, overall_score
-from .train import PRESETS, TrainConfig, train, build_data, load_run, write_json
+from .evaluate import overall_score
+from .train import PRESETS, TrainConfig, train, load_run, score_dev, write_json
 from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R', 'table',
-           'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'score_model', 'sample_dir_of', 'run_part',
-           'run_row', 'our_value', 'table_frame', 'table_markdown', 'plot_table', 'pareto', 'plot_frontier',
-           'run_table', 'write_table', 'ablate_parser', 'list_tables', 'minbert_ablate']
+           'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part', 'run_row',
+           'our_value', 'table_frame', 'table_markdown', 'plot_table', 'pareto', 'plot_frontier', 'run_table',
+           'write_table', 'ablate_parser', 'list_tables', 'minbert_ablate']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -274,7 +274,7 @@ def paper_average(table:PaperTable, row:Row) -> float|None:
     got = {table.columns[c]: v for c, v in row.paper.items()}
     s, p, r = got.get("sst_acc"), got.get("para_acc"), got.get("sts_corr")
     if None in (s, p, r): return None
-    if "overall" in got.values() or "overall" in table.columns.values():
+    if "overall" in table.columns.values():
         k = 100 if table.percent else 1
         return overall_score(s / k, p / k, r / k) * k
     return (s + p + r) / 3
@@ -326,16 +326,6 @@ def row_blocker(row:Row, cfgs:list) -> str|None:
     return None
 
 # %% ../nbs/16_ablate.ipynb #8e25f62f
-from .train import _amp_dtype
-
-def score_model(model, cfg:TrainConfig, tasks) -> dict:
-    "Dev metrics of `model` on `tasks` (the dev rows `cfg` selects: its data folder and `dev_limit`)"
-    device = next(model.parameters()).device
-    c = dataclasses.replace(cfg, tasks=tuple(tasks), model_tasks=None, phases=None)
-    data = build_data(c, load_tokenizer(c.backbone), ("dev",))
-    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size) for t, ds in data["dev"].items()}, device, _amp_dtype(c, device))
-    return m
-
 def sample_dir_of(d) -> bool:
     "Whether `d` is the committed sample (tests/sample_data)"
     s = sample_data_dir()
@@ -354,7 +344,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     elif untrained:
         t0 = time.time(); set_seed(c.seed)
         model = MultitaskBert(c.model_config()).to(default_device(c.device)).eval()
-        m = dict(score_model(model, c, c.tasks), trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        m = dict(score_dev(model, c), trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
                  total_params=sum(p.numel() for p in model.parameters()), untrained=True)
         m["wall_time_s"] = time.time() - t0
         folder.mkdir(parents=True, exist_ok=True); write_json(asdict(c), folder/"config.json"); write_json(m, folder/"metrics.json")
@@ -364,7 +354,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         m = train(c, progress=progress, resume=resume)
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
-        m.update(score_model(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
+        m.update(score_dev(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
         m["wall_time_s"] = m.get("wall_time_s", 0) + time.time() - t0
         write_json(m, folder/"metrics.json")
     return m

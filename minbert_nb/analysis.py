@@ -13,13 +13,13 @@ import pandas as pd
 import torch
 from .core import stamp_figure, default_device
 from .data import DataError, load_split, find_data_dir
-from .evaluate import read_predictions, prediction_path, pearson
+from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson
 from .pretrained import load_tokenizer
 
 # %% auto #0
-__all__ = ['SST_NAMES', 'CLASS_NAMES', 'METRICS', 'DEFAULT_SENTENCE', 'run_stamp', 'save_figure', 'attention_maps',
-           'plot_attention', 'dev_frame', 'confusion', 'plot_confusion', 'plot_sts', 'plot_curves', 'plot_conflicts',
-           'analyze_run', 'minbert_analyze']
+__all__ = ['SST_NAMES', 'CLASS_NAMES', 'DEFAULT_SENTENCE', 'run_stamp', 'save_figure', 'attention_maps', 'plot_attention',
+           'dev_frame', 'confusion', 'plot_confusion', 'plot_sts', 'plot_curves', 'plot_conflicts', 'analyze_run',
+           'minbert_analyze']
 
 # %% ../nbs/17_analysis.ipynb #f7989910
 def run_stamp(run_dir) -> tuple:
@@ -123,16 +123,14 @@ def plot_sts(df:pd.DataFrame) -> "plt.Figure":
     return fig
 
 # %% ../nbs/17_analysis.ipynb #20244d08
-METRICS = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}
-
 def plot_curves(hist:pd.DataFrame) -> "plt.Figure":
     "Per task: dev score and training loss by epoch (epochs numbered across phases)"
     import matplotlib.pyplot as plt
-    tasks = [t for t, k in METRICS.items() if k in hist]
+    tasks = [t for t, k in TASK_METRIC.items() if k in hist]
     x = np.arange(1, len(hist) + 1)
     fig, axs = plt.subplots(1, len(tasks) + 1, figsize=(3.3 * (len(tasks) + 1), 3.1), squeeze=False)
     for ax, t in zip(axs[0], tasks):
-        ax.plot(x, hist[METRICS[t]], marker="o", color="tab:blue"); ax.set_ylabel(f"dev {METRICS[t]}", color="tab:blue", fontsize=8)
+        ax.plot(x, hist[TASK_METRIC[t]], marker="o", color="tab:blue"); ax.set_ylabel(f"dev {TASK_METRIC[t]}", color="tab:blue", fontsize=8)
         ax.set_title(t, fontsize=9); ax.set_xlabel("epoch")
         if f"train_loss_{t}" in hist and hist[f"train_loss_{t}"].notna().any():
             ax2 = ax.twinx(); ax2.plot(x, hist[f"train_loss_{t}"], marker="s", ls="--", color="tab:red"); ax2.set_ylabel("train loss", color="tab:red", fontsize=8)

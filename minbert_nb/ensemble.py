@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .data import DataError, get_task, load_split
-from .evaluate import (read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
+from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
                                  score_split, overall_score)
 from .checkpoint import code_version
 from .core import stamp_run_figure
 
 # %% auto #0
-__all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'METRIC', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores',
-           'median_scores', 'average_raw', 'align_members', 'member_bias', 'ensemble_split', 'score_against',
-           'plot_members', 'ensemble_runs', 'ensemble_parser', 'minbert_ensemble']
+__all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores', 'median_scores',
+           'average_raw', 'align_members', 'member_bias', 'ensemble_split', 'score_against', 'plot_members',
+           'ensemble_runs', 'ensemble_parser', 'minbert_ensemble']
 
 # %% ../nbs/15_ensemble.ipynb #c3714b08
 def member_weights(weights, n:int) -> np.ndarray:
@@ -82,7 +82,6 @@ def average_raw(task:str, raws, weights=None, biases=None) -> np.ndarray:
 METHODS = {"sst": ("vote", "logits"), "cfimdb": ("vote", "logits"), "para": ("vote", "logits"), "sts": ("mean", "median", "weighted")}
 RAW_METHODS = ("logits", "weighted")             # the methods that read raw-output files
 ENSEMBLE_TASKS = ("sst", "cfimdb", "para", "sts")
-METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}
 
 def align_members(frames:list, paths:list) -> list:
     "Members' frames (`id` + values) in the first one's row order; an error names the file whose ids differ, and how many"
@@ -147,7 +146,7 @@ def score_against(task:str, df:pd.DataFrame, labels:pd.DataFrame) -> dict:
 
 def _summary(metrics:dict, members:list) -> dict:
     "The members' mean and best per metric, and the ensemble's gain over each"
-    keys = [k for k in (*METRIC.values(), "overall") if k in metrics and all(k in m for m in members)]
+    keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics and all(k in m for m in members)]
     mean = {k: float(np.mean([m[k] for m in members])) for k in keys}
     best = {k: float(np.max([m[k] for m in members])) for k in keys}
     return dict(member_mean=mean, member_best=best, gain_over_mean={k: metrics[k] - mean[k] for k in keys},
@@ -157,7 +156,7 @@ def _summary(metrics:dict, members:list) -> dict:
 def plot_members(metrics:dict, path) -> Path:
     "Bar chart of each member's dev scores beside the ensemble's, per metric"
     import matplotlib.pyplot as plt
-    keys = [k for k in (*METRIC.values(), "overall") if k in metrics]
+    keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics]
     mem, x = metrics["members"], np.arange(len(keys))
     n = len(mem); w = 0.8 / (n + 1)
     fig, ax = plt.subplots(figsize=(2 + 1.5 * len(keys), 3.4))
@@ -221,7 +220,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     for (t, split), r in results.items():
         if split != "dev": continue
         labels = load_split(t, "dev", ddir)
-        s, k = score_against(t, r["pred"], labels), METRIC[t]
+        s, k = score_against(t, r["pred"], labels), TASK_METRIC[t]
         if k not in s: continue                               # no labelled row
         metrics.update({k: s[k], f"{t}_n": s["n"]}, **({f"{t}_n_unlabelled": s["n_unlabelled"]} if s["n_unlabelled"] else {}))
         for m, f in zip(members, r["members"]): m[k] = score_against(t, f, labels)[k]
@@ -229,15 +228,15 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
     for r, m in zip(runs, members):
         mj = json.loads((r/"metrics.json").read_text()) if (r/"metrics.json").is_file() else {}
-        m["reported"] = {k: mj[k] for k in ("split", *METRIC.values(), "overall") if k in mj}
+        m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
                    ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped)
     for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
     write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits),
                     data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
     write_json(metrics, out/"metrics.json")
-    if any(k in metrics for k in METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
-    keys = [k for k in (*METRIC.values(), "overall") if k in metrics]
+    if any(k in metrics for k in TASK_METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
+    keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics]
     print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f} ({metrics['gain_over_mean'].get(k, float('nan')):+.4f} "
           "vs mean)" for k in keys) + f" | {out}")
     return metrics

@@ -18,9 +18,9 @@ from .checkpoint import atomic_write_text
 from .data import get_task
 
 # %% auto #0
-__all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split', 'evaluate',
-           'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path', 'write_raw',
-           'read_raw']
+__all__ = ['TASK_METRIC', 'PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split',
+           'evaluate', 'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path',
+           'write_raw', 'read_raw']
 
 # %% ../nbs/10_evaluate.ipynb #d2d063e3
 def accuracy(pred, gold) -> float:
@@ -68,13 +68,15 @@ def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None
             for j in range(r.shape[1]): df[f"raw_{j}"] = r[:, j]        # class logits: SST, CFIMDB
     return df
 
+TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key
+
 def score_split(task:str, df:pd.DataFrame) -> dict:
     "Metric of `task` on a `predict_split` frame (rows without a label are excluded and counted)"
     lab = df.dropna(subset=["label"])
     out = {"n": len(lab), "n_unlabelled": len(df) - len(lab)}
     if len(lab) == 0: return out
-    if task == "sts": out["sts_corr"] = pearson(lab.pred, lab.label)
-    else: out[f"{task}_acc"] = accuracy(lab.pred.astype(int), lab.label.astype(int))
+    if task == "sts": out[TASK_METRIC[task]] = pearson(lab.pred, lab.label)
+    else: out[TASK_METRIC[task]] = accuracy(lab.pred.astype(int), lab.label.astype(int))
     return out
 
 # %% ../nbs/10_evaluate.ipynb #ddc8a319

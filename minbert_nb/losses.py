@@ -11,7 +11,8 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['LOSSES', 'TASK_LOSSES', 'sst_loss', 'para_loss', 'sts_loss', 'cosine_scores', 'cosine_loss', 'mnrl_loss', 'get_loss']
+__all__ = ['LOSSES', 'TASK_LOSSES', 'sst_loss', 'para_loss', 'sts_loss', 'cosine_scores', 'cosine_loss', 'mnrl_loss',
+           'cosent_loss', 'get_loss']
 
 # %% ../nbs/08_losses.ipynb #ee6b356e
 def _vec(x:torch.Tensor, name:str) -> torch.Tensor:
@@ -77,8 +78,18 @@ def mnrl_loss(u:torch.Tensor, v:torch.Tensor, scale:float=20.0, negatives:torch.
     scores = scale * F.normalize(u, dim=-1) @ F.normalize(cands, dim=-1).T   # (B, B) or (B, 2B)
     return F.cross_entropy(scores, torch.arange(u.shape[0], device=u.device))
 
+# %% ../nbs/08_losses.ipynb #e153b5c2
+def cosent_loss(cos:torch.Tensor, labels:torch.Tensor, scale:float=20.0) -> torch.Tensor:
+    "CoSENT: log(1 + sum over pairs with labels[i] > labels[j] of exp(scale * (cos[j] - cos[i]))); `cos` and `labels` (B,)"
+    cos, labels = _vec(cos, "cosent_loss cos"), _vec(labels, "cosent_loss labels"); _same_batch(cos, labels, "cosent_loss")
+    s = scale * cos.float()
+    diff = s[None, :] - s[:, None]                                    # diff[i, j] = scale * (cos_j - cos_i)
+    ordered = labels[:, None] > labels[None, :]                       # the pairs (i, j) with y_i > y_j
+    diff = diff.masked_fill(~ordered, float("-inf"))
+    return torch.logsumexp(torch.cat([diff.new_zeros(1), diff.flatten()]), 0)   # the 0 is the "1 +"
+
 # %% ../nbs/08_losses.ipynb #2ac9400a
-LOSSES = dict(cross_entropy=sst_loss, bce=para_loss, mse=sts_loss, cosine=cosine_loss, mnrl=mnrl_loss)
+LOSSES = dict(cross_entropy=sst_loss, bce=para_loss, mse=sts_loss, cosine=cosine_loss, mnrl=mnrl_loss, cosent=cosent_loss)
 TASK_LOSSES = dict(sst="cross_entropy", para="bce", sts="mse")   # default loss of each CS224N task
 
 def get_loss(name:str) -> Callable:

@@ -6,17 +6,18 @@ Docs: https://minbert-nb.github.io/minbert_nb/step.html.md"""
 
 # %% ../nbs/08b_step.ipynb #b5ea99b2
 from __future__ import annotations
-import contextlib, math
-from dataclasses import dataclass, field
+import contextlib
+from dataclasses import dataclass
 import torch
 from torch import nn
+import torch.nn.functional as F
 from .core import to_device
-from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
+from .losses import sst_loss, para_loss, sts_loss, mnrl_loss, cosent_loss
 from .pcgrad import PCGrad, GradConflictLog, task_gradients, shared_params, grad_cosines
 
 # %% auto #0
-__all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'base_loss', 'GradTransform', 'SumGrads', 'PCGradGrads',
-           'StepStats', 'TrainStep', 'ConflictProbe']
+__all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads',
+           'PCGradGrads', 'StepStats', 'TrainStep', 'ConflictProbe']
 
 # %% ../nbs/08b_step.ipynb #6f308da3
 def _rng_devices(device:torch.device) -> list:
@@ -68,6 +69,15 @@ class MNRLTerm(LossTerm):
         if int(pos.sum()) < 2: return None
         idx = pos.nonzero().squeeze(1).to(out.u.device, non_blocking=True)
         return self.weight * mnrl_loss(out.u.index_select(0, idx).float(), out.v.index_select(0, idx).float(), scale=self.scale)
+
+class CoSENTTerm(LossTerm):
+    "`weight` · CoSENT (`08_losses`) on the cosines of an STS bi-encoder batch: the order of the pairs' similarities"
+    name = "cosent"
+    def __init__(self, weight:float, scale:float=20.0): self.weight, self.scale = weight, scale
+    def __call__(self, model, batch, out, ctx):
+        if out.v is None or batch["task"] != "sts": return None
+        cos = F.cosine_similarity(out.u.float(), out.v.float(), dim=-1)
+        return self.weight * cosent_loss(cos, batch["labels"], self.scale)
 
 # %% ../nbs/08b_step.ipynb #a6df2120
 def base_loss(task:str, out, labels:torch.Tensor|None, contrastive_weight:float=1.0, mnrl_scale:float=20.0) -> torch.Tensor:
@@ -192,7 +202,6 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.task_weights, self.contrastive_weight, self.mnrl_scale = task_weights or {}, contrastive_weight, mnrl_scale
         self.needs_rng = any(t.needs_rng for t in self.terms)
-        self.ddp = isinstance(fwd, nn.parallel.DistributedDataParallel)
         self.task_grads = None                   # the last step's task gradients, when the transform kept them
 
     def loss(self, task:str, batch:dict) -> torch.Tensor:

@@ -24,7 +24,7 @@ from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
-from .step import TrainStep, StepContext, MNRLTerm, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
+from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
 from .smart import SmartTerm, BregmanTerm
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
@@ -34,8 +34,8 @@ from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_sta
 # %% auto #0
 __all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra',
            'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'loss_terms', 'grad_transform', 'write_json',
-           'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'load_run', 'config_from_args',
-           'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+           'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run',
+           'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -113,6 +113,7 @@ class TrainConfig:
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}
     mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (seed 002)
     mnrl_scale: float = 20.0         # seed 002's scale (also the contrastive objective's)
+    sts_cosent: float = 0.0          # add CoSENT (a ranking loss on the STS cosines, scale 20) with this weight; needs STS as a bi-encoder
     contrastive_weight: float = 0.0  # MNRL on batches of positive pairs through the shared encoder, added to every contrastive_every-th step
     contrastive_sources: str = "quora-positives,para,sts"  # extra/quora-extra-positives.csv, Quora training duplicates, STS training pairs >= 4
     contrastive_batch: int = 64      # pairs per contrastive batch (the other pairs of the batch are each pair's negatives)
@@ -376,6 +377,11 @@ def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1) -> list:
     "The extra loss terms `cfg` asks for: MNRL on in-batch positives, SMART smoothness, Bregman proximal point"
     terms = []
     if cfg.mnrl_weight: terms.append(MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale))
+    if cfg.sts_cosent:
+        if model.cfg.mode_of("sts") == "cross":
+            raise ValueError("--sts_cosent ranks the cosines of STS's two sentence vectors: STS must be read as a bi-encoder "
+                             "(pair_modes sts 'bi' or 'both'), not 'cross'.")
+        terms.append(CoSENTTerm(cfg.sts_cosent))
     if cfg.smart_weight:
         _single_process("SMART (--smart_weight)", world)
         terms.append(SmartTerm(cfg.smart_weight, cfg.smart_eps, cfg.smart_step, cfg.smart_iters, cfg.smart_noise, seed=cfg.seed))
@@ -645,6 +651,15 @@ def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("t
     return written
 
 # %% ../nbs/09_train.ipynb #e6e1618d
+def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
+    "Dev metrics of `model` on `tasks` (default: `cfg`'s) over the dev rows `cfg` selects (its data folder and `dev_limit`)"
+    device = next(model.parameters()).device
+    c = dataclasses.replace(cfg, tasks=tuple(tasks or cfg.tasks), model_tasks=None, phases=None)
+    data = build_data(c, load_tokenizer(c.backbone), ("dev",))
+    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size) for t, ds in data["dev"].items()}, device,
+                    _amp_dtype(c, device), progress=progress)
+    return m
+
 def load_run(run_dir, device=None):
     "Model and config of a finished run"
     run = Path(run_dir)
@@ -751,10 +766,7 @@ def minbert_eval(argv=None):
     try:
         model, cfg = load_run(a.run_dir, a.device)
         if a.data_dir: cfg.data_dir = a.data_dir
-        dev = next(model.parameters()).device
-        data = build_data(dataclasses.replace(cfg, dev_limit=None), load_tokenizer(cfg.backbone), ("dev",))
-        m, _ = evaluate(model, {t: make_loader(ds, cfg.eval_batch_size) for t, ds in data["dev"].items()}, dev,
-                        _amp_dtype(cfg, dev), progress=True)
+        m = score_dev(model, dataclasses.replace(cfg, dev_limit=None), progress=True)   # the full dev sets
     except (DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_eval: {e}")
     m.update(split="dev", run=str(a.run_dir))
     write_json(m, Path(a.run_dir)/"eval.json")

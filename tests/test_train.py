@@ -123,3 +123,27 @@ def test_pair_swap_predictions_are_symmetric(tmp_path, small_data):
     assert abs(raw[0] - raw[1]).max() < 1e-4
     one_order = predict_split(model, make_loader(TaskDataset(df, "para", tok, 96, pair_mode="cross"), 8))["raw"].to_numpy()
     assert abs(one_order - raw[0]).max() > 1e-6    # without the other order, the prediction is a different number
+
+def test_sts_both_encoders(tmp_path, small_data):
+    "pair_modes sts=both: STS is the mean of the cosine and the cross-encoder (both orders), so it is symmetric, and it trains and reloads"
+    import torch
+    from minbert_nb.data import TaskDataset, load_split, make_loader, collate
+    from minbert_nb.evaluate import predict_split
+    from minbert_nb.losses import cosine_scores
+    from minbert_nb.pretrained import load_tokenizer
+    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "both"},
+                        pair_swap=True, steps_per_epoch=3, epochs=1, batch_size=4, train_limit=24, dev_limit=24, predict_test=False)
+    m = train(cfg, progress=False)
+    assert -1 <= m["sts_corr"] <= 1
+    model, rcfg = load_run(tmp_path)
+    assert rcfg.pair_modes == {"para": "cross", "sts": "both"} and "sts" in model.heads
+    tok, df = load_tokenizer(), load_split("sts", "dev", small_data).head(16)
+    swapped = df.rename(columns={"sentence1": "sentence2", "sentence2": "sentence1"})
+    raw = [predict_split(model, make_loader(TaskDataset(d, "sts", tok, 96, pair_mode="both", swap=True), 8))["raw"].to_numpy()
+           for d in (df, swapped)]
+    assert abs(raw[0] - raw[1]).max() < 1e-4
+    ds = TaskDataset(df, "sts", tok, 96, pair_mode="both", swap=True)
+    with torch.no_grad():
+        out = model(collate([ds[i] for i in range(8)], "sts"))
+    assert torch.allclose(out.pred, (out.parts[0] + out.parts[1]) / 2)
+    assert not torch.allclose(out.parts[0], out.parts[1])                   # two different scorers
