@@ -17,7 +17,7 @@ from .pcgrad import PCGrad, GradConflictLog, task_gradients, shared_params, grad
 
 # %% auto #0
 __all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads',
-           'PCGradGrads', 'StepStats', 'TrainStep', 'ConflictProbe']
+           'PCGradGrads', 'StepStats', 'TrainStep', 'WeightEMA', 'ConflictProbe']
 
 # %% ../nbs/08b_step.ipynb #6f308da3
 def _rng_devices(device:torch.device) -> list:
@@ -254,6 +254,40 @@ class TrainStep:
     def load_state_dict(self, sd:dict):
         for t in self.terms: t.load_state_dict(sd.get("terms", {}).get(t.name, {}))
         self.transform.load_state_dict(sd.get("transform", {}))
+
+# %% ../nbs/08b_step.ipynb #60288b00
+class WeightEMA:
+    "An exponential moving average of `model`'s trainable parameters (decay `decay`, warm-up (1+t)/(10+t)); `swapped()` evaluates it"
+    def __init__(self, model:nn.Module, decay:float=0.999):
+        if not 0 < decay < 1: raise ValueError(f"WeightEMA: decay={decay}; expected 0 < decay < 1 (e.g. 0.999).")
+        self.decay, self.t = decay, 0
+        self.names = [n for n, p in model.named_parameters() if p.requires_grad and p.is_floating_point()]
+        ps = dict(model.named_parameters())
+        self.params = [ps[n] for n in self.names]
+        self.shadow = [p.detach().float().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self):
+        "Move the average towards the current weights (call after every optimizer step)"
+        self.t += 1
+        d = min(self.decay, (1 + self.t) / (10 + self.t))
+        torch._foreach_lerp_(self.shadow, [p.detach().float() for p in self.params], 1 - d)
+
+    @contextlib.contextmanager
+    def swapped(self):
+        "Inside the block the model holds the averaged weights; the raw ones come back afterwards"
+        raw = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, s in zip(self.params, self.shadow): p.copy_(s)
+        try: yield
+        finally:
+            with torch.no_grad():
+                for p, r in zip(self.params, raw): p.copy_(r)
+
+    def state_dict(self) -> dict: return dict(t=self.t, decay=self.decay, names=self.names, shadow=[s.clone() for s in self.shadow])
+    def load_state_dict(self, sd:dict):
+        if sd["names"] != self.names: raise ValueError("WeightEMA: the saved average is of other parameters (another model or mode?).")
+        self.t, self.shadow = sd["t"], [s.clone() for s in sd["shadow"]]
 
 # %% ../nbs/08b_step.ipynb #1824823a
 class ConflictProbe:

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/train.html.md"""
 
 # %% ../nbs/09_train.ipynb #d29d81b6
 from __future__ import annotations
-import argparse, dataclasses, json, math, os, sys, time, types, typing, warnings
+import argparse, contextlib, dataclasses, json, math, os, sys, time, types, typing, warnings
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 import numpy as np
@@ -24,7 +24,7 @@ from .peft import format_params
 from .optimizer import AdamW, param_groups, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
-from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
+from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
 from .smart import SmartTerm, BregmanTerm
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
@@ -131,6 +131,7 @@ class TrainConfig:
     grad_conflicts: bool = False     # measure the pairwise cosines of the task gradients every grad_conflicts_every steps
     grad_conflicts_every: int = 50   # optimizer steps between two measurements
     grad_conflicts_batches: int = 1  # batches averaged into each task gradient of a measurement (more: less sampling noise)
+    ema: float = 0.0                 # decay of a moving average of the weights, evaluated and saved instead of them (08b_step); 0 = off, e.g. 0.999
     sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
     # --- training phases (see 14_phases)
     phases: list|str|None = None     # a JSON list of phases (or a file holding one): each a dict of fields that differ, plus "name"
@@ -206,13 +207,12 @@ PRESETS = {
     "cross": dict(pooling="cls", head_layers=1, pair_mode="cross", sampler="simultaneous", epochs=10, batch_size=8,
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
-    "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2,
-                         pair_modes={"para": "cross", "sts": "both"},
+    "best-offline": dict(pooling="mean", pair_features="uvd", sts_head="cosine", cosine_floor=0.0, head_layers=2, pair_modes={"para": "cross"},
                          pair_swap=True, sampler="proportional", upweight={"sst": 1.0, "sts": 1.5}, epochs=3, batch_size=32,
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
                          schedule="linear", warmup=0.06, para_prior=0.369, sick=False,
-                         sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=17088, quora_extra_2=True,
-                         contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4),
+                         sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
+                         contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4, ema=0.999),
 }
 # Part 1 of the project (seeds 000/003): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
 for _t in ("sst", "cfimdb"):
@@ -539,12 +539,15 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                      task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
     step.stats.checkpoint = str(run/"last.pt")
     probe = _conflict_probe(cfg, model, data, step.ctx, world) if cfg.grad_conflicts else None
+    ema = WeightEMA(model, cfg.ema) if cfg.ema else None   # the averaged weights: evaluated and saved, raw ones scored beside them
+    if resume and ema is not None and "ema" in ck: ema.load_state_dict(ck["ema"])
     if resume and "step" in ck:
         step.load_state_dict(ck["step"])
         if probe is not None and "probe" in ck: probe.load_state_dict(ck["probe"])
     def save_last():
         st["wall"] = wall0 + time.time() - t0
-        extra = dict(step=step.state_dict(), **(dict(probe=probe.state_dict()) if probe is not None else {}))
+        extra = dict(step=step.state_dict(), **(dict(probe=probe.state_dict()) if probe is not None else {}),
+                     **(dict(ema=ema.state_dict()) if ema is not None else {}))
         if main: atomic_save(dict(_full_state(model, opt, lr_sched, iters, st, cfg, code), **extra), run/"last.pt")
     with GracefulStop() as stop:
         for epoch in range(st["epoch"], cfg.epochs + 1):
@@ -564,6 +567,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                     if t != "contrastive": st["n_ex"] += len(b["ids"]) * world; st["n_tok"] += b["n_tokens"] * world; st["n_pad"] += b["n_pad"] * world
                 if update:
                     st["step"] += 1; st["i"] = i + 1
+                    if ema is not None: ema.update()
                     if probe is not None and probe.due(st["step"]): probe.measure(st["step"], epoch)
                     ckpt = bool(cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0)
                     if step.stats.sync_every > 1:   # read the device now and then (and before any checkpoint); several ranks agree on when
@@ -586,7 +590,10 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 dist.barrier()
                 if stop.requested and epoch < cfg.epochs: raise TrainingInterrupted(f"{stop.signal}: rank {rank} stopped after epoch {epoch}.")
                 continue
-            m, preds = evaluate(model, dev_dl, device, amp_dtype, progress=progress)
+            raw_m = evaluate(model, dev_dl, device, amp_dtype)[0] if ema is not None else {}   # the raw weights, beside the average
+            with ema.swapped() if ema is not None else contextlib.nullcontext():
+                m, preds = evaluate(model, dev_dl, device, amp_dtype, progress=progress)
+                weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if ema is not None else None
             if "para" in preds and bias:
                 lab = preds["para"].dropna(subset=["label"])
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
@@ -594,16 +601,18 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
                        train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"], **m,
                        **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))
-                          for t in dict.fromkeys(u for u, _ in st.get("task_losses", []))})
+                          for t in dict.fromkeys(u for u, _ in st.get("task_losses", []))},
+                       **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
             st["history"].append(row)
             pd.DataFrame(st["history"]).to_csv(run/"history.csv", index=False)
             if probe is not None: probe.log.to_csv(run/"grad_conflicts.csv")
             score, is_best = _score(m), st["best"] is None or _score(m) > st["best"]
             print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
+                  (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
                   f" ({st['train_time']:.0f}s train)" + (" *best*" if is_best else ""))
             if is_best:   # keep the best epoch's weights and dev predictions
                 st.update(best=score, best_epoch=epoch, best_metrics=dict(m))
-                atomic_save(dict(model=model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code), run/"best.pt")
+                atomic_save(dict(model=weights or model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=code), run/"best.pt")
                 for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev")); write_raw(df, t, raw_path(run, t, "dev"))
             st.update(epoch=epoch + 1, i=0, losses=[], task_losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
             save_last()
@@ -630,6 +639,9 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                    resumed=bool(resume), world_size=world, preset=cfg.preset, code=code,
                    optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
     if probe is not None: metrics["grad_conflicts"] = probe.log.summary()
+    if ema is not None:   # the average is the run's model; what the raw weights of the same epoch scored
+        row = next(r for r in st["history"] if r["epoch"] == st["best_epoch"])
+        metrics["ema"] = dict(decay=cfg.ema, raw_weights={k[4:]: v for k, v in row.items() if k.startswith("raw_")})
     write_json(metrics, run/"metrics.json")
     if not cfg.save_checkpoint:
         for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)

@@ -147,3 +147,19 @@ def test_sts_both_encoders(tmp_path, small_data):
         out = model(collate([ds[i] for i in range(8)], "sts"))
     assert torch.allclose(out.pred, (out.parts[0] + out.parts[1]) / 2)
     assert not torch.allclose(out.parts[0], out.parts[1])                   # two different scorers
+
+def test_ema_run_scores_and_saves_the_average(tmp_path, small_data):
+    "--ema: the averaged weights are the run's model (best.pt, main columns); the raw weights' scores sit beside them"
+    import torch
+    from minbert_nb.checkpoint import load_checkpoint
+    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=4, epochs=1, batch_size=4,
+                        train_limit=24, dev_limit=24, predict_test=False, ema=0.5)
+    m = train(cfg, progress=False)
+    hist = pd.read_csv(tmp_path / "history.csv")
+    assert {"raw_overall", "raw_sst_acc", "overall"} <= set(hist.columns)
+    assert m["ema"]["decay"] == 0.5 and set(m["ema"]["raw_weights"]) >= {"sst_acc", "overall"}
+    best, last = load_checkpoint(tmp_path / "best.pt")["model"], load_checkpoint(tmp_path / "last.pt")
+    names, shadow = last["ema"]["names"], last["ema"]["shadow"]
+    assert last["ema"]["t"] == 4
+    assert all(torch.equal(best[n], s.to(best[n].dtype)) for n, s in zip(names, shadow))        # best.pt holds the average
+    assert any(not torch.equal(last["model"][n], best[n]) for n in names)                        # ... not the raw weights
