@@ -212,7 +212,7 @@ PRESETS = {
                          max_length=96, bucket=True, lr_backbone=4e-5, lr_heads=5e-4, weight_decay=0.01,
                          schedule="linear", warmup=0.06, para_prior=0.369, sick=False,
                          sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
-                         contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4, ema=0.999),
+                         contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4),
 }
 # Part 1 of the project (seeds 000/003): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
 for _t in ("sst", "cfimdb"):
