@@ -142,8 +142,8 @@ def test_mnrl_edge_cases(g):
 
 # ---- registry --------------------------------------------------------------------------------------------------------
 def test_registry():
-    assert set(LOSSES) == {"cross_entropy", "bce", "mse", "cosine", "mnrl"}
+    assert set(LOSSES) == {"cross_entropy", "bce", "mse", "cosine", "mnrl", "cosent"}
     assert get_loss("cosine") is cosine_loss and get_loss("mnrl") is mnrl_loss
     assert {t: get_loss(n) for t, n in TASK_LOSSES.items()} == dict(sst=sst_loss, para=para_loss, sts=sts_loss)
-    with pytest.raises(ValueError, match=r"unknown loss 'ce'; valid names are \['bce', 'cosine', 'cross_entropy', 'mnrl', 'mse'\]"):
+    with pytest.raises(ValueError, match=r"unknown loss 'ce'; valid names are \['bce', 'cosent', 'cosine', 'cross_entropy', 'mnrl', 'mse'\]"):
         get_loss("ce")
