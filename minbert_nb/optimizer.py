@@ -15,8 +15,8 @@ from torch.optim.lr_scheduler import LambdaLR
 from .core import *
 
 # %% auto #0
-__all__ = ['ADAPTER_PREFIXES', 'SCHEDULES', 'AdamW', 'default_group', 'param_groups', 'warmup_steps', 'linear_schedule',
-           'noam_schedule', 'constant_schedule', 'make_scheduler']
+__all__ = ['ADAPTER_PREFIXES', 'SCHEDULES', 'AdamW', 'default_group', 'param_groups', 'layer_decay_scale', 'warmup_steps',
+           'linear_schedule', 'noam_schedule', 'constant_schedule', 'make_scheduler']
 
 # %% ../nbs/03_optimizer.ipynb #cb7897cc
 class AdamW(Optimizer):
@@ -110,18 +110,34 @@ def default_group(name:str) -> str:
     if any(a in name for a in ADAPTER_PREFIXES): return "adapter"
     return "backbone" if name.startswith("bert.") else "head"
 
-def param_groups(model:nn.Module, lrs:dict, weight_decay:float=0.0, group_fn:Callable=default_group) -> list:
-    "Optimizer groups of trainable params: one per (group name, decay?) with lr `lrs[group]`"
+def param_groups(model:nn.Module, lrs:dict, weight_decay:float=0.0, group_fn:Callable=default_group,
+                 scale_fn:Callable|None=None) -> list:
+    """Optimizer groups of trainable params: one per (group name, decay?, scale) with lr `lrs[group] * scale`;
+    `scale_fn(name)` (default 1 everywhere) is e.g. `layer_decay_scale`. Each group keeps its `lr_scale`."""
     groups = {}
     for n, p in model.named_parameters():
         if not p.requires_grad: continue
         g = group_fn(n)
         if g not in lrs: raise KeyError(f"parameter {n!r} falls in group {g!r}, which has no learning rate; lrs has {sorted(lrs)}.")
-        decay = p.dim() >= 2
-        key = (g, decay)
-        if key not in groups: groups[key] = dict(params=[], lr=lrs[g], weight_decay=weight_decay if decay else 0.0, name=f"{g}{'' if decay else '_no_decay'}")
+        decay, s = p.dim() >= 2, (1.0 if scale_fn is None else float(scale_fn(n)))
+        key = (g, decay, s)
+        if key not in groups:
+            name = f"{g}{'' if decay else '_no_decay'}{'' if s == 1.0 else f'@{s:.3g}'}"
+            groups[key] = dict(params=[], lr=lrs[g] * s, lr_scale=s, weight_decay=weight_decay if decay else 0.0, name=name)
         groups[key]["params"].append(p)
     return list(groups.values())
+
+# %% ../nbs/03_optimizer.ipynb #e70c5d54
+def layer_decay_scale(num_layers:int, decay:float, prefix:str="bert.") -> Callable:
+    "`scale_fn` for `param_groups`: `decay ** depth` below the top layer for `prefix`'s encoder layers and embeddings, else 1"
+    if not 0 < decay <= 1: raise ValueError(f"layer_decay={decay}: expected a value in (0, 1]; 1 turns it off, 0.8-0.95 is usual.")
+    def f(name:str) -> float:
+        if not name.startswith(prefix): return 1.0
+        rest = name[len(prefix):]
+        if rest.startswith("embeddings."): return decay ** num_layers
+        if rest.startswith("encoder.layer."): return decay ** (num_layers - 1 - int(rest.split(".")[2]))
+        return 1.0
+    return f
 
 # %% ../nbs/03_optimizer.ipynb #bce93580
 def warmup_steps(total_steps:int, warmup:float|int) -> int:

@@ -21,7 +21,7 @@ from .data import TASKS, DataError, load_split, read_task_file, read_sick, read_
 from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .multitask import ModelConfig, MultitaskBert
 from .peft import format_params
-from .optimizer import AdamW, param_groups, make_scheduler
+from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
 from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
@@ -102,6 +102,7 @@ class TrainConfig:
     lr_backbone: float = 1e-5        # pretrained weights: small steps
     lr_heads: float = 1e-3           # fresh heads: larger steps
     lr_adapters: float = 1e-3        # PEFT modules (later issues)
+    layer_decay: float = 1.0         # layer-wise lr decay (03_optimizer): each encoder layer below the top gets this times the rate above; 1 = off
     weight_decay: float = 0.0
     schedule: str = "linear"         # linear | noam | constant (all with warmup)
     warmup: float = 0.1              # fraction of steps (or a step count if > 1)
@@ -149,6 +150,7 @@ class TrainConfig:
         self.model_config()   # validates the model fields
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
+        if not 0 < self.layer_decay <= 1: raise ValueError(f"layer_decay={self.layer_decay}: expected a value in (0, 1]; 1 turns it off, 0.8-0.95 is usual.")
         if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
@@ -513,7 +515,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
         model.init_prefixes({t: to_device(next(iter(make_loader(ds, cfg.batch_size))), device) for t, ds in data["train"].items()})
     counts = model.param_report()
     n_train, n_all = counts["trainable"], counts["total"]
-    opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay))
+    scale = None if cfg.layer_decay == 1 else layer_decay_scale(model.bert.config.num_hidden_layers, cfg.layer_decay)
+    opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay, scale_fn=scale))
     if cfg.contrastive_only:   # every step a batch of positive pairs, nothing else
         if not pos_dl: raise ValueError("contrastive_only=True, but no contrastive pairs were built (contrastive_weight is 0?).")
         sched = TaskSchedule(ScheduleConfig(kind="round_robin", steps_per_epoch=cfg.steps_per_epoch, seed=cfg.seed, anchor="contrastive"),
@@ -599,7 +602,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
             row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"],
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
-                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"], **m,
+                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0]["lr_scale"], **m,
                        **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))
                           for t in dict.fromkeys(u for u, _ in st.get("task_losses", []))},
                        **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})

@@ -163,3 +163,18 @@ def test_ema_run_scores_and_saves_the_average(tmp_path, small_data):
     assert last["ema"]["t"] == 4
     assert all(torch.equal(best[n], s.to(best[n].dtype)) for n, s in zip(names, shadow))        # best.pt holds the average
     assert any(not torch.equal(last["model"][n], best[n]) for n in names)                        # ... not the raw weights
+
+def test_layer_decay_run_scales_the_backbone_groups(tmp_path, small_data):
+    "--layer_decay: embeddings and each encoder layer below the top step at decay^depth of the backbone rate, heads at theirs"
+    from minbert_nb.checkpoint import load_checkpoint
+    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4,
+                        train_limit=24, dev_limit=24, predict_test=False, layer_decay=0.5, warmup=0, schedule="constant")
+    train(cfg, progress=False)
+    groups = load_checkpoint(tmp_path / "last.pt")["optimizer"]["param_groups"]
+    scales = sorted({g["lr_scale"] for g in groups})
+    assert scales == [0.5 ** k for k in range(6, -1, -1)]                           # MiniLM: 6 layers + embeddings + top/heads
+    base = {g["name"].split("@")[0]: g["lr"] / g["lr_scale"] for g in groups}
+    assert all(abs(g["lr"] / g["lr_scale"] - base[g["name"].split("@")[0]]) < 1e-15 for g in groups)   # one schedule for all
+    assert not any("@" in g["name"] for g in groups if g["name"].startswith("head"))
+    hist = pd.read_csv(tmp_path / "history.csv")
+    assert base["backbone"] == hist.lr.iloc[-1] == cfg.lr_backbone and base["head"] == cfg.lr_heads   # history: the undecayed rate
