@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from .core import *
 
 # %% auto #0
-__all__ = ['extended_attention_mask', 'to_mask_dtype', 'BertSelfAttention', 'BertSelfOutput', 'BertAttention']
+__all__ = ['extended_attention_mask', 'to_mask_dtype', 'unpad_rows', 'pad_rows', 'BertSelfAttention', 'BertSelfOutput',
+           'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -24,6 +25,15 @@ def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) ->
 def to_mask_dtype(mask:torch.Tensor, dtype) -> torch.Tensor:
     "Additive `mask` in `dtype`, with its most-negative values clamped to `dtype`'s own (never `-inf`)"
     return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
+
+# %% ../nbs/01_attention.ipynb #ac8d5605
+def unpad_rows(x:torch.Tensor, idx:torch.Tensor) -> torch.Tensor:
+    "`(B, T, D)` -> `(N, D)`: the rows at the flat positions `idx` (the real tokens)"
+    return x.reshape(-1, x.shape[-1]).index_select(0, idx)
+
+def pad_rows(x:torch.Tensor, idx:torch.Tensor, B:int, T:int) -> torch.Tensor:
+    "`(N, D)` -> `(B, T, D)`: the rows put back at the flat positions `idx`, zeros elsewhere"
+    return x.new_zeros(B * T, x.shape[-1]).index_copy(0, idx, x).view(B, T, -1)
 
 # %% ../nbs/01_attention.ipynb #93ae3dc0
 class BertSelfAttention(nn.Module):
@@ -61,21 +71,28 @@ class BertSelfAttention(nn.Module):
         if (getattr(self, "_qkv_cache", None) or (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
         return self._qkv_cache[1:]
 
-    def qkv(self, x:torch.Tensor):
-        "Queries, keys and values `(B, nh, T, hs)`: one fused matmul when the three projections are plain `nn.Linear`s"
+    def qkv(self, x:torch.Tensor, packed:tuple|None=None):
+        """Queries, keys and values `(B, nh, T, hs)`: one fused matmul when the three projections are plain `nn.Linear`s.
+        With `packed = (idx, B, T)`, `x` holds only the real tokens `(N, C)`: projected packed, then padded with zeros"""
         if type(self.query) is type(self.key) is type(self.value) is nn.Linear:
-            B, T, C = x.shape
             w, b = self.fused_qkv()                                                   # (3C, C), (3C,)
-            qkv = F.linear(x, w, b).view(B, T, 3, self.num_heads, self.head_dim)      # (B, T, 3, nh, hs)
+            qkv = F.linear(x, w, b)                                                   # (B, T, 3C) or (N, 3C)
+            if packed is not None: qkv = pad_rows(qkv, *packed)                       # (B, T, 3C)
+            B, T = qkv.shape[:2]
+            qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)                    # (B, T, 3, nh, hs)
             return qkv.permute(2, 0, 3, 1, 4).unbind(0)                               # 3 x (B, nh, T, hs)
         # an adapter (LoRA, ...) wraps a projection: call each module so that its extra path runs
-        return self.split_heads(self.query(x)), self.split_heads(self.key(x)), self.split_heads(self.value(x))
+        ps = self.query(x), self.key(x), self.value(x)
+        if packed is not None: ps = [pad_rows(t, *packed) for t in ps]
+        return tuple(self.split_heads(t) for t in ps)
 
     def forward(self, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
-                output_attentions:bool=False, prefix_kv:tuple|None=None):
-        "Attend over `hidden_states` (B, T, C); `attention_mask` is additive (B, 1, 1, T). Returns (context, probs|None)"
-        B, T, C = hidden_states.shape
-        q, k, v = self.qkv(hidden_states)                                # (B, nh, T, hs) each
+                output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None):
+        """Attend over `hidden_states` (B, T, C), or its real tokens (N, C) with `packed = (idx, B, T)`; `attention_mask`
+        is additive (B, 1, 1, T). Returns (context, probs|None), context in the layout of `hidden_states`"""
+        C = hidden_states.shape[-1]
+        B, T = hidden_states.shape[:2] if packed is None else packed[1:]
+        q, k, v = self.qkv(hidden_states, packed)                        # (B, nh, T, hs) each
         if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each
             pk, pv = prefix_kv
             k, v = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)  # (B, nh, P+T, hs)
@@ -94,6 +111,7 @@ class BertSelfAttention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask,
                                                dropout_p=self.dropout_p if self.training else 0.0)
         y = y.transpose(1, 2).reshape(B, T, C)                           # (B, T, C): heads merged
+        if packed is not None: y = unpad_rows(y, packed[0])              # (N, C): the real tokens again
         return y, (probs if output_attentions else None)
 
 # %% ../nbs/01_attention.ipynb #0bc7a729
@@ -116,6 +134,6 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None):
-        ctx, probs = self.self(hidden_states, attention_mask, output_attentions, prefix_kv)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None):
+        ctx, probs = self.self(hidden_states, attention_mask, output_attentions, prefix_kv, packed)
         return self.output(ctx, hidden_states), probs

@@ -208,8 +208,9 @@ def _env(device, dtype, warmup, reps) -> dict:
 
 def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=None, dtype:str|None=None, warmup:int=3, reps:int=10,
                  data_dir=None, sentences:list|None=None, train:bool=True, config:BertConfig|None=None, memory:bool=True,
-                 adamw:bool=True) -> dict:
-    "minBERT vs `transformers.BertModel` on one batch of `batch_size` real sentences: throughputs, ratios, peak memory"
+                 adamw:bool=True, unpad:bool=True) -> dict:
+    """minBERT vs `transformers.BertModel` on one batch of `batch_size` real sentences: throughputs, ratios, peak memory.
+    `unpad=False` makes minBERT compute the padding too, as transformers does (the kernels compared alone)"""
     device = default_device(device)
     tuned = device.type == "cpu" and tune_cpu_allocator()   # as training does (00_core): freed step buffers are reused
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
@@ -218,6 +219,7 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
     if sentences is None: sentences, src = bench_sentences(batch_size, data_dir)
     sentences = list(sentences)[:batch_size]
     mb, hf = load_pair(backbone, config, device)
+    mb.unpad = unpad
     batch = tokenize(load_tokenizer(backbone), sentences, max_length=max_length, device=device)
     if config is not None and config.vocab_size <= int(batch["input_ids"].max()):
         raise ValueError(f"config.vocab_size={config.vocab_size} is smaller than the tokenizer's ids; use the tokenizer's vocabulary size (30522).")
@@ -225,7 +227,8 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
     r = dict(backbone=f"random weights {config.num_hidden_layers}x{config.hidden_size}" if config is not None
              else str(resolve_checkpoint(backbone)) if backbone else "all-MiniLM-L6-v2 (embedded)",
              **_env(device, dtype, warmup, reps), batch_size=bs, seq_len=T, sentences=src,
-             padding_fraction=1 - batch["attention_mask"].float().mean().item(), params=count_params(mb), allocator_tuned=tuned)
+             padding_fraction=1 - batch["attention_mask"].float().mean().item(), params=count_params(mb), allocator_tuned=tuned,
+             minbert_unpad=unpad and device.type == "cpu")
     t = _bench_pair(mb, hf, batch, dtype, warmup, reps, train, memory, adamw)
     for k in ("minbert", "hf"):
         r[f"{k}_forward_sent_s"] = bs / t[f"{k}_forward_s"]
@@ -379,14 +382,15 @@ def format_peft(r:dict) -> str:
 
 # %% ../nbs/18_bench.ipynb #770b3e95
 def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=None, rounds:int=3, warmup:int=3, reps:int=10,
-                 data_dir=None, config:BertConfig|None=None) -> dict:
+                 data_dir=None, config:BertConfig|None=None, unpad:bool=True) -> dict:
     "fp32 and bf16 `bench_models` back to back, `rounds` times: sentences/s per round and the ratios' median, min and max"
     per = {"fp32": [], "bf16": []}
     for _ in range(rounds):
         for dt in per: per[dt].append(bench_models(backbone, batch_size, max_length, device, dt, warmup, reps, data_dir,
-                                                   config=config, memory=False, adamw=False))
+                                                   config=config, memory=False, adamw=False, unpad=unpad))
     first = per["fp32"][0]
-    r = {k: first[k] for k in ("backbone", "device", "device_name", "threads", "torch_version", "batch_size", "seq_len", "allocator_tuned")}
+    r = {k: first[k] for k in ("backbone", "device", "device_name", "threads", "torch_version", "batch_size", "seq_len", "allocator_tuned",
+                               "padding_fraction", "minbert_unpad")}
     r.update(rounds=rounds, warmup=warmup, reps=reps)
     spread = lambda xs: dict(median=statistics.median(xs), min=min(xs), max=max(xs))
     for what in ("forward", "train"):
@@ -401,8 +405,9 @@ def format_dtypes(r:dict) -> str:
     "A `bench_dtypes` result as a table: sentences/s (median of the rounds) and ratios (median, [min, max])"
     med = lambda xs: statistics.median(xs)
     sp = lambda d: f"{_fmt(d['median'])} [{_fmt(d['min'])}, {_fmt(d['max'])}]"
+    pad = f"padding {r['padding_fraction']:.0%}, minBERT {'skips' if r.get('minbert_unpad') else 'computes'} it"
     lines = [f"fp32 vs bf16 ({r['backbone']}, {r['device_name']}, {r['threads']} threads, batch {r['batch_size']} x {r['seq_len']}, "
-             f"{r['rounds']} rounds, median [min, max])",
+             f"{pad}, {r['rounds']} rounds, median [min, max])",
              f"{'':18}{'minBERT fp32':>14}{'minBERT bf16':>14}{'bf16 / fp32':>22}{'minBERT/HF fp32':>22}{'minBERT/HF bf16':>22}"]
     for what in ("forward", "train"):
         lines.append(f"{what + ' sent/s':18}{_fmt(med(r[f'minbert_fp32_{what}_sent_s'])):>14}{_fmt(med(r[f'minbert_bf16_{what}_sent_s'])):>14}"
@@ -428,17 +433,18 @@ def minbert_bench(
     mfu_batch_size:int=128,   # CUDA: batch size of the bert-base MFU benchmark (sequence length 128)
     skip_mfu:bool=False,      # CUDA: skip the bert-base MFU benchmark
     peft:str=None,            # also time a training step with these PEFT modules, e.g. none,pal,prefix,adapter,lora,dora
+    unpad:bool=True,          # CPU: minBERT skips the padding (02_bert); false = it computes the padding too, as transformers does
 ):
     "Benchmark minBERT against transformers.BertModel (same checkpoint, batch, dtype and optimizer) and print the ratio"
     if threads: torch.set_num_threads(threads)
     if dtype == "both":
-        r = bench_dtypes(backbone, batch_size, max_length, device, rounds, warmup, reps, data_dir)
+        r = bench_dtypes(backbone, batch_size, max_length, device, rounds, warmup, reps, data_dir, unpad=unpad)
         print(format_dtypes(r))
         if json:
             from minbert_nb.train import write_json
             print(f"wrote {write_json(r, json)}")
         return r
-    r = bench_models(backbone, batch_size, max_length, device, dtype, warmup, reps, data_dir)
+    r = bench_models(backbone, batch_size, max_length, device, dtype, warmup, reps, data_dir, unpad=unpad)
     print(format_table(r))
     if r["device"].startswith("cuda") and not skip_mfu:
         m = bench_mfu(batch_size=mfu_batch_size, seq_len=128, device=device, warmup=warmup, reps=reps)

@@ -76,8 +76,10 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
         self.parallel = None    # hook: a module f(layer_input, mask) added to the residual before the last LayerNorm
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None):
-        h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None):
+        if packed is not None and self.parallel is not None:
+            raise ValueError("BertLayer: a parallel branch needs the padded (B, T, C) layout; call BertModel with unpad=False.")
+        h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv, packed)
         res = h if self.parallel is None else h + self.parallel(hidden_states, attention_mask)   # (B, T, C)
         return self.output(self.intermediate(h), res), probs
 
@@ -88,11 +90,12 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, output_hidden_states=False, prefix_kv=None):
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, output_hidden_states=False, prefix_kv=None,
+                packed=None):
         all_hidden, all_attn = [hidden_states] if output_hidden_states else None, [] if output_attentions else None
         for i, layer in enumerate(self.layer):
             hidden_states, probs = layer(hidden_states, attention_mask, output_attentions,
-                                         None if prefix_kv is None else prefix_kv[i])
+                                         None if prefix_kv is None else prefix_kv[i], packed)
             if output_hidden_states: all_hidden.append(hidden_states)
             if output_attentions: all_attn.append(probs)
         return hidden_states, all_hidden, all_attn
@@ -138,6 +141,7 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config)
         self.prefix_provider = None    # hook: a module f(batch_size) -> per-layer (keys, values), used when prefix_kv is None
+        self.unpad = True              # on CPU, run the token-wise layers on the real tokens only (see below)
         self.apply(self._init_weights)
 
     def _init_weights(self, m):
@@ -162,8 +166,19 @@ class BertModel(nn.Module):
                                          # mask is free: on a GPU `bool(...)` would stall the host until the device catches up
             mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
             if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
-            h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)
+            packed = None
+            if self._can_unpad(attention_mask, output_attentions or output_hidden_states):
+                idx = attention_mask.reshape(-1).nonzero().squeeze(1)          # flat positions of the N real tokens
+                packed, x = (idx, *input_ids.shape), unpad_rows(x, idx)         # (N, C)
+            h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv, packed)
+            if packed is not None: h = pad_rows(h, *packed)                    # (B, T, C), zeros at padding
             return BertModelOutput(h, self.pooler(h), hs, at)
+
+    def _can_unpad(self, attention_mask, per_layer_outputs:bool) -> bool:
+        """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), without
+        per-layer outputs (kept padded) and without `BertLayer.parallel` branches (they take the padded layout)"""
+        return (self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
+                and all(l.parallel is None for l in self.encoder.layer))
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):
