@@ -595,12 +595,14 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 continue
             raw_m = evaluate(model, dev_dl, device, amp_dtype)[0] if ema is not None else {}   # the raw weights, beside the average
             with ema.swapped() if ema is not None else contextlib.nullcontext():
+                t_ev = time.time()
                 m, preds = evaluate(model, dev_dl, device, amp_dtype, progress=progress)
+                eval_time = time.time() - t_ev
                 weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if ema is not None else None
             if "para" in preds and bias:
                 lab = preds["para"].dropna(subset=["label"])
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
-            row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"],
+            row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"], eval_time_s=eval_time,
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
                        train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0]["lr_scale"], **m,
                        **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))

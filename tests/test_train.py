@@ -28,6 +28,7 @@ def test_run_folder_has_everything(run):
     for t in ("sst", "sts"): assert (out / "predictions" / f"{t}-test-raw.csv").is_file()
     hist = pd.read_csv(out / "history.csv")
     assert list(hist.epoch) == [1, 2] and {"sst_acc", "para_acc", "sts_corr", "overall", "train_loss"} <= set(hist.columns)
+    assert (hist.eval_time_s > 0).all() and (hist.train_time_s > 0).all()
     per_task = [c for c in hist.columns if c.startswith("train_loss_")]   # each task's mean batch loss (one task per step here)
     assert per_task and {c[len("train_loss_"):] for c in per_task} <= {"sst", "para", "sts"}
     for _, r in hist.iterrows():
