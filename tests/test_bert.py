@@ -140,3 +140,28 @@ def test_evaluation_after_training_uses_the_new_weights():
     fresh = BertModel(m.config); fresh.load_state_dict(m.state_dict()); fresh.eval()
     with torch.inference_mode(): want = fresh(x).last_hidden_state
     assert torch.allclose(got, want, atol=1e-6), (got - want).abs().max()
+
+
+def test_skipping_padding_changes_nothing_real(models):
+    "BertModel.unpad (CPU): the same real-token outputs, pooler and gradients as the padded computation, in fp32 and bf16"
+    ours, _, tok = models
+    set_attn_implementation(ours, "sdpa")
+    enc = tokenize(tok, SENTS)
+    real = enc["attention_mask"].bool()
+    res = {}
+    for unpad in (True, False):
+        ours.unpad = unpad
+        out = ours(**enc)
+        (out.last_hidden_state[real].pow(2).mean() + out.pooler_output.pow(2).mean()).backward()
+        res[unpad] = out, {n: p.grad.clone() for n, p in ours.named_parameters() if p.grad is not None}
+        ours.zero_grad(set_to_none=True)
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16): res[unpad] += (ours(**enc).pooler_output.float(),)
+    ours.unpad = True
+    (a, ga, ba), (b, gb, bb) = res[True], res[False]
+    assert (a.last_hidden_state - b.last_hidden_state)[real].abs().max() <= 1e-5
+    assert (a.pooler_output - b.pooler_output).abs().max() <= 1e-5
+    assert a.last_hidden_state[~real].abs().max() == 0                      # padding is not computed: zeros
+    assert ga.keys() == gb.keys() and len(ga) == len(list(ours.parameters()))
+    for n in ga:   # (the key biases' gradients are zero in exact arithmetic: softmax ignores a shift shared by all keys)
+        assert (ga[n] - gb[n]).abs().max() <= 1e-3 * gb[n].abs().max() + 1e-7, n
+    assert torch.nn.functional.cosine_similarity(ba, bb).min() > 0.999      # bf16: the same up to bf16 rounding
