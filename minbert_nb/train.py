@@ -24,7 +24,7 @@ from .peft import format_params
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedule, TaskIterators, plan_summary
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
-from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe, base_loss
+from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe
 from .smart import SmartTerm, BregmanTerm
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
@@ -362,14 +362,10 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
-    "Loss of `model` on one task's `batch`: the task's own loss and the MNRL term (the training step's, `08b_step`)"
-    task, out = batch["task"], model(batch)
-    loss = base_loss(task, out, batch.get("labels"), cfg.contrastive_weight, cfg.mnrl_scale)
-    if task == "contrastive": return loss
-    if cfg.mnrl_weight:
-        extra = MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale)(model, batch, out, StepContext(model))
-        if extra is not None: loss = loss + extra
-    return loss * (cfg.task_weights or {}).get(task, 1.0)
+    "Loss of `model` on one task's `batch`, exactly as `cfg`'s training step computes it (`TrainStep.loss`, `08b_step`)"
+    step = TrainStep(model, model, None, terms=loss_terms(cfg, model), task_weights=cfg.task_weights,
+                     contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
+    return step.loss(batch["task"], batch)
 
 def _single_process(what:str, world:int):
     if world > 1: raise ValueError(f"{what} runs in one process only (its extra forwards and per-task gradients are not "
