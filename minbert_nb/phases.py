@@ -11,7 +11,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 import pandas as pd
 from .multitask import ModelConfig
-from .train import TrainConfig, train, write_json, plot_history
+from .train import TrainConfig, train, write_json, plot_history, parse_tasks
 
 # %% auto #0
 __all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'train_phases']
@@ -20,7 +20,6 @@ __all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'train_phases'
 PHASE_MODEL_FIELDS = ("mode", "tasks", "hidden_dropout", "attention_dropout", "head_dropout")   # model fields a phase may change
 _NO_PHASE = ("phases", "out", "preset", "model_tasks")
 
-def _tasks(v) -> tuple: return tuple(t.strip() for t in v.split(",")) if isinstance(v, str) else tuple(v)
 
 def parse_phases(spec) -> list:
     "Phases from a list of dicts, a JSON string, or a JSON file: checked, each with a `name` (default `phase{k}`)"
@@ -58,7 +57,7 @@ def phase_configs(cfg:TrainConfig) -> list:
     "`[(name, TrainConfig), ...]`: one config per phase of `cfg.phases`, in `cfg.out`/K-NAME"
     phases = parse_phases(cfg.phases)
     tasks = list(cfg.tasks)
-    for ph in phases: tasks += [t for t in _tasks(ph.get("tasks", ())) if t not in tasks]
+    for ph in phases: tasks += [t for t in parse_tasks(ph.get("tasks", ())) if t not in tasks]
     base = {k: v for k, v in asdict(cfg).items() if k != "phases"}
     out = []
     for k, ph in enumerate(phases, 1):

@@ -32,14 +32,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
 
 # %% auto #0
-__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'TrainConfig', 'preset_config', 'read_extra',
-           'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'loss_terms', 'grad_transform', 'write_json',
-           'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run',
+__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig', 'preset_config',
+           'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'loss_terms', 'grad_transform',
+           'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run',
            'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
+
+def parse_tasks(v) -> tuple:
+    "Task names as a tuple, from a comma list (`'sst,para'`, as on the command line) or any sequence"
+    return tuple(t.strip() for t in v.split(",")) if isinstance(v, str) else tuple(v)
 
 @dataclass
 class TrainConfig:
@@ -145,7 +149,7 @@ class TrainConfig:
     dry_run: bool = False            # build the model, write RUN_DIR/params.json and print it; read no data, train nothing
 
     def __post_init__(self):
-        if isinstance(self.tasks, str): self.tasks = tuple(t.strip() for t in self.tasks.split(","))
+        self.tasks = parse_tasks(self.tasks)
         self._check_types()
         self.model_config()   # validates the model fields
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
@@ -155,7 +159,7 @@ class TrainConfig:
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
         if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
-        if isinstance(self.model_tasks, str): self.model_tasks = tuple(t.strip() for t in self.model_tasks.split(","))
+        if self.model_tasks is not None: self.model_tasks = parse_tasks(self.model_tasks)
         if self.contrastive_only and not self.contrastive_weight:
             raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
         if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
