@@ -604,7 +604,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
             row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"], eval_time_s=eval_time,
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
-                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0]["lr_scale"], **m,
+                       train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
                        **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))
                           for t in dict.fromkeys(u for u, _ in st.get("task_losses", []))},
                        **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
