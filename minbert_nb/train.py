@@ -26,6 +26,7 @@ from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig, TaskSchedul
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss
 from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe
 from .smart import SmartTerm, BregmanTerm
+from .distill import TeacherTargets, DistillTerm
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -33,9 +34,10 @@ from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_sta
 
 # %% auto #0
 __all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig', 'preset_config',
-           'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'loss_terms', 'grad_transform',
-           'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run',
-           'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+           'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'load_teachers', 'loss_terms',
+           'grad_transform', 'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict',
+           'score_dev', 'load_run', 'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval',
+           'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -137,6 +139,10 @@ class TrainConfig:
     grad_conflicts_every: int = 50   # optimizer steps between two measurements
     grad_conflicts_batches: int = 1  # batches averaged into each task gradient of a measurement (more: less sampling noise)
     ema: float = 0.0                 # decay of a moving average of the weights, evaluated and saved instead of them (08b_step); 0 = off, e.g. 0.999
+    distill_from: str|None = None    # teachers (15a_distill): a run folder or best.pt, a comma list of them, or "previous" (a phase: the phase before)
+    distill_weight: float = 0.0      # weight of the distillation term beside the task loss (0 = off; 1 = as much as the labels)
+    distill_temp: float = 2.0        # distillation temperature T of the softened class distributions (SST, Quora)
+    from_pretrained: bool = False    # a phase: start from the pretrained backbone and fresh heads, not the phase before's weights (born-again)
     sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
     # --- training phases (see 14_phases)
     phases: list|str|None = None     # a JSON list of phases (or a file holding one): each a dict of fields that differ, plus "name"
@@ -160,6 +166,14 @@ class TrainConfig:
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
         if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
         if self.model_tasks is not None: self.model_tasks = parse_tasks(self.model_tasks)
+        if self.distill_weight and not self.distill_from:
+            raise ValueError(f"distill_weight={self.distill_weight} needs teachers: give --distill_from RUN_DIR (a finished run with best.pt; "
+                             "a comma list for several), or 'previous' in a later phase of --phases.")
+        if self.distill_from and not self.distill_weight:
+            raise ValueError(f"distill_from={self.distill_from!r} is set but distill_weight is 0, so the teachers would be loaded and ignored; "
+                             "give --distill_weight (e.g. 1.0), or drop --distill_from.")
+        if self.distill_weight < 0 or self.distill_temp <= 0:
+            raise ValueError(f"distill_weight={self.distill_weight}, distill_temp={self.distill_temp}: expected a weight >= 0 and a temperature > 0.")
         if self.contrastive_only and not self.contrastive_weight:
             raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
         if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
@@ -258,6 +272,9 @@ PRESETS.update({
                          phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32,
                                       steps_per_epoch=240, grad_conflicts=False),
                                  dict(name="multitask", steps_per_epoch=160)]),
+    # born-again distillation (15a_distill): best-offline, then a fresh best-offline student taught by it (about twice the time)
+    "best-offline-distill": dict(PRESETS["best-offline"], phases=[dict(name="teacher"),
+                                 dict(name="student", from_pretrained=True, distill_from="previous", distill_weight=1.0, distill_temp=2.0)]),
     # the seeds' own budgets, for a GPU: seed 004's one epoch of Quora before simultaneous training
     "cross-para-pre": dict(PRESETS["cross"], phases=[dict(name="quora", tasks=["para"], epochs=1), dict(name="multitask")]),
 })
@@ -375,9 +392,31 @@ def _single_process(what:str, world:int):
     if world > 1: raise ValueError(f"{what} runs in one process only (its extra forwards and per-task gradients are not "
                                    "synchronised across ranks); train without torchrun, or without it.")
 
-def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1) -> list:
-    "The extra loss terms `cfg` asks for: MNRL on in-batch positives, SMART smoothness, Bregman proximal point"
+def load_teachers(spec:str, previous=None, device=None) -> list:
+    "Teacher models for `--distill_from`: run folders or checkpoint files (comma list); 'previous' is `previous` (a phase's predecessor)"
+    out = []
+    for s in [x.strip() for x in str(spec).split(",") if x.strip()]:
+        if s == "previous":
+            if previous is None: raise ValueError("distill_from='previous' names the phase before this one: use it in a later phase of --phases, "
+                                                  "or give a run folder.")
+            path = Path(previous)
+        else: path = Path(s)/"best.pt" if Path(s).is_dir() else Path(s)
+        ck = load_checkpoint(path)
+        try: tcfg = TrainConfig(**{k: v for k, v in ck.get("config", {}).items() if k in {f.name for f in fields(TrainConfig)}})
+        except (TypeError, ValueError) as e: raise ValueError(f"{path}: its saved config does not describe a model this version can build ({e}).") from None
+        with torch.random.fork_rng(devices=[]):   # building it draws no numbers from the run's stream (resume stays exact)
+            m = MultitaskBert(dataclasses.replace(tcfg.model_config(), random_init=True))   # the weights come from the checkpoint
+        m.load_state_dict(ck["model"])
+        out.append(m.to(device or "cpu").eval())
+    if not out: raise ValueError(f"distill_from={spec!r}: no teacher named.")
+    return out
+
+def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1, previous=None) -> list:
+    "The extra loss terms `cfg` asks for: MNRL on in-batch positives, SMART smoothness, Bregman proximal point, distillation"
     terms = []
+    if cfg.distill_weight:   # the teachers' targets (15a_distill); `previous`: the phase before's best.pt
+        teachers = load_teachers(cfg.distill_from, previous, next(model.parameters()).device)
+        terms.append(DistillTerm(TeacherTargets(teachers, model, cfg.distill_temp), cfg.distill_weight))
     if cfg.mnrl_weight: terms.append(MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale))
     if cfg.sts_cosent:
         if model.cfg.mode_of("sts") == "cross":
@@ -508,7 +547,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
     fwd = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               find_unused_parameters=True) if world > 1 else model   # one task's head per step: the others get no gradient
     if cfg.compile: fwd = torch.compile(fwd, dynamic=True)
-    if init_from is not None and not resume: model.load_state_dict(load_checkpoint(init_from)["model"])   # a previous phase's weights
+    if init_from is not None and not resume and not cfg.from_pretrained:
+        model.load_state_dict(load_checkpoint(init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
     bias, train_prior = _para_bias(data["train"].get("para"), cfg.para_prior)
     model.para_logit_bias.fill_(bias)
     if not resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
@@ -536,7 +576,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
     if main: print(f"run {run} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
                    + f" | params {n_all:,} (trainable {n_train:,}) | schedule {sched}")
     wall0 = st["wall"]
-    step = TrainStep(fwd, model, opt, lr_sched, terms=loss_terms(cfg, model, world), transform=grad_transform(cfg, model, world),
+    step = TrainStep(fwd, model, opt, lr_sched, terms=loss_terms(cfg, model, world, init_from), transform=grad_transform(cfg, model, world),
                      grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum, amp_dtype=amp_dtype, device=device,
                      sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50), world=world, rank=rank,
                      task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
@@ -644,6 +684,11 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                    resumed=bool(resume), world_size=world, preset=cfg.preset, code=code,
                    optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
     if probe is not None: metrics["grad_conflicts"] = probe.log.summary()
+    for t in step.terms:
+        if isinstance(t, DistillTerm):   # what taught the model; batches whose targets came from the cache / a teacher forward
+            metrics["distill"] = dict(teachers=cfg.distill_from, previous=str(init_from) if "previous" in str(cfg.distill_from) else None,
+                                      weight=cfg.distill_weight, temperature=cfg.distill_temp, tasks=t.targets.tasks,
+                                      cached_batches=t.targets.hits, teacher_batches=t.targets.misses)
     if ema is not None:   # the average is the run's model; what the raw weights of the same epoch scored
         row = next(r for r in st["history"] if r["epoch"] == st["best_epoch"])
         metrics["ema"] = dict(decay=cfg.ema, raw_weights={k[4:]: v for k, v in row.items() if k.startswith("raw_")})
