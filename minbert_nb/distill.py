@@ -79,19 +79,20 @@ class TeacherTargets:
     def __call__(self, batch:dict, ctx:StepContext|None=None) -> torch.Tensor:
         "The target for `batch`, from the cache when every row is there"
         if not self.use_cache: return self.compute(batch, ctx)
-        task, keys = batch["task"], _row_keys(batch)
+        host = ctx.host_batch if ctx is not None and ctx.host_batch is not None else batch   # keys without a device sync
+        task, keys = batch["task"], _row_keys(host)
         c = self.cache.setdefault(task, {})
         dev = batch["a"]["input_ids"].device
         if all(k in c for k in keys):
             self.hits += 1
-            return torch.stack([c[k] for k in keys]).to(dev, non_blocking=True)
+            return torch.stack([c[k].to(dev, non_blocking=True) for k in keys])
         self.misses += 1
         y = self.compute(batch, ctx)
-        for k, row in zip(keys, y.detach().float().cpu()): c[k] = row
+        for k, row in zip(keys, y.detach().float().unbind(0)): c[k] = row          # kept where it was computed (no sync)
         return y
 
     def state_dict(self) -> dict:
-        return {t: dict(keys=torch.tensor(list(c), dtype=torch.long), values=torch.stack(list(c.values())))
+        return {t: dict(keys=torch.tensor(list(c), dtype=torch.long), values=torch.stack([v.cpu() for v in c.values()]))
                 for t, c in self.cache.items() if c}
     def load_state_dict(self, sd:dict):
         self.cache = {t: dict(zip(v["keys"].tolist(), v["values"].unbind(0))) for t, v in sd.items()}

@@ -31,6 +31,7 @@ class StepContext:
     amp_dtype: torch.dtype|None = None    # autocast dtype, or None for fp32
     rng: tuple|None = None                # (CPU state, CUDA states) taken before the forward, when a term asked for it
     host_labels: torch.Tensor|None = None # the batch's labels before they went to the device (read them without a sync)
+    host_batch: dict|None = None          # the whole batch as it was on the host (token ids without a sync; 15a_distill)
 
     def autocast(self):
         "The autocast context the step's forward ran under"
@@ -222,6 +223,7 @@ class TrainStep:
             batch = to_device(hb, self.device)
             if task == "contrastive": batch["task"] = task
             self.ctx.host_labels = hb.get("labels") if isinstance(hb.get("labels"), torch.Tensor) else None
+            self.ctx.host_batch = hb
             loss = self.loss(task, batch)
             self.stats.add_loss(loss, task, hb["ids"])
             loss = loss / self.grad_accum if self.grad_accum > 1 else loss
