@@ -107,7 +107,7 @@ def test_contrastive_phase(tmp_path, small_data):
     assert first.train_loss.iloc[0] > 0 and m["phases"][0]["name"] == "mnrl"
     with pytest.raises(ValueError, match="contrastive_weight > 0"): TrainConfig(contrastive_only=True)
 
-BORN_AGAIN = ('[{"name": "teacher", "epochs": 1}, {"name": "student", "from_pretrained": true, "distill_from": "previous", '
+BORN_AGAIN = ('[{"name": "teacher", "epochs": 1}, {"name": "student", "epochs": 1, "from_pretrained": true, "distill_from": "previous", '
               '"distill_weight": 1.0, "distill_temp": 2.0}]')
 
 def test_born_again_student_learns_from_its_teacher_and_resumes_bit_exactly(tmp_path, small_data, monkeypatch):
@@ -116,7 +116,7 @@ def test_born_again_student_learns_from_its_teacher_and_resumes_bit_exactly(tmp_
     ck = load_checkpoint(tmp_path / "full" / "2-student" / "last.pt")
     cache = ck["step"]["terms"]["distill"]["cache"]                                   # the teachers' targets travel with the checkpoint
     assert set(cache) == {"sst", "para", "sts"} and cache["sst"]["values"].shape[1] == 5
-    _interrupt_at(monkeypatch, 6 + 7)                                                 # the teacher phase takes 6 losses; stop in the student's epoch 2
+    _interrupt_at(monkeypatch, 6 + 4)                                                 # the teacher phase takes 6 losses; stop inside the student's
     with pytest.raises(TrainingInterrupted): _run(tmp_path / "cut", small_data, "--phases", BORN_AGAIN)
     monkeypatch.undo()
     train(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
