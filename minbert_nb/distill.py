@@ -66,7 +66,7 @@ class TeacherTargets:
                     raise ValueError(f"teacher {k}: task {t} is a {m.cfg.mode_of(t)}-encoder there and a {student.cfg.mode_of(t)}-encoder "
                                      f"in the student; the student's batches are built for its own pair mode. Use a teacher trained "
                                      f"with the same --pair_mode / --pair_modes for {t}.")
-        self.cache = {}                                   # task -> {row key: target row (CPU, float32)}
+        self.cache = {}                                   # task -> {row key: target row (float32, on the device it was computed on)}
         self.hits = self.misses = 0                       # batches served from the cache / computed
 
     @torch.no_grad()
