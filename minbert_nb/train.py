@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .core import *
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
 from .data import TASKS, DataError, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
+from .pairgraph import implied_pairs, pair_keys
 from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .multitask import ModelConfig, MultitaskBert
 from .peft import format_params
@@ -97,6 +98,7 @@ class TrainConfig:
     phrase_min_tokens: int = 1       # ... those of at least this many tokens (deduplicated; never a training sentence's own text)
     phrases_per_epoch: int|None = None  # phrases drawn per pass over SST, every sentence always included; None = every phrase
     quora_extra_2: bool = False      # Quora also trains on extra/quora-extra-train-2.csv (9,866 more pairs; offline data)
+    quora_implied: str|None = None   # Quora also trains on the pairs its labels imply (04b_pairgraph): both, duplicates or non-duplicates
     skip_bad_rows: bool = False      # skip (and count) malformed data rows instead of stopping
     download: bool = True            # minbert_train: fetch missing CS224N files (checked) before training; false = stop with a message
     # --- task schedule (see 07_samplers)
@@ -174,6 +176,8 @@ class TrainConfig:
                              "give --distill_weight (e.g. 1.0), or drop --distill_from.")
         if self.distill_weight < 0 or self.distill_temp <= 0:
             raise ValueError(f"distill_weight={self.distill_weight}, distill_temp={self.distill_temp}: expected a weight >= 0 and a temperature > 0.")
+        if self.quora_implied not in (None, "both", "duplicates", "non-duplicates"):
+            raise ValueError(f"quora_implied={self.quora_implied!r}: expected both, duplicates or non-duplicates (or leave it out).")
         if self.contrastive_only and not self.contrastive_weight:
             raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
         if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
@@ -317,6 +321,22 @@ def _quora_extra_2(cfg:TrainConfig) -> pd.DataFrame:
                                                 "folder whose extra/ has it, or run with --quora_extra_2 false.")
     return read_task_file(p, "para", labelled=True)
 
+def _quora_implied(cfg:TrainConfig, df:pd.DataFrame) -> pd.DataFrame:
+    "The pairs implied by the paraphrase training rows `df` and the positives file, minus the dev and test pairs"
+    parts = [df[["id", "sentence1", "sentence2", "label"]]]
+    p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-positives.csv"
+    if p.is_file(): parts.append(read_task_file(p, "para", labelled=True))
+    held = set()
+    for split in ("dev", "test"):   # texts only: a pair scored there must not be trained on, whatever its label
+        try: held |= pair_keys(load_split("para", split, cfg.data_dir, skip_bad_rows=cfg.skip_bad_rows))
+        except FileNotFoundError: pass
+    imp = implied_pairs(pd.concat(parts, ignore_index=True), exclude=held, seed=cfg.seed)
+    keep = {"both": (0.0, 1.0), "duplicates": (1.0,), "non-duplicates": (0.0,)}[cfg.quora_implied]
+    out = imp[imp.label.isin(keep)].reset_index(drop=True)
+    out.attrs = dict(imp.attrs, kept=cfg.quora_implied, positives=int((out.label == 1).sum()), negatives=int((out.label == 0).sum()),
+                     sources=str(p) if p.is_file() else None)
+    return out
+
 def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
     "Positive pairs for the contrastive objective from `cfg.contrastive_sources`; `train`: the tasks' training rows"
     parts = []
@@ -359,6 +379,9 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
                 for ex in (e for e in (cfg.extra_train or []) if e.get("task") == t):
                     extra = read_extra(ex, cfg.skip_bad_rows)
                     paths.append(str(extra.attrs.get("path"))); df = pd.concat([df, extra], ignore_index=True)
+            if split == "train" and t == "para" and cfg.quora_implied:   # after every other Quora source: they are the graph
+                imp = _quora_implied(cfg, df); df = pd.concat([df, imp], ignore_index=True)
+                files["para_implied"] = {k: imp.attrs[k] for k in ("kept", "positives", "negatives", "excluded", "conflicted_groups", "graph", "sources")}
             df = _limit(df, cfg.train_limit if split == "train" else cfg.dev_limit if split == "dev" else None, cfg.seed)
             pool = None
             if split == "train":

@@ -131,6 +131,21 @@ def test_no_page_loads_anything_from_the_web(site):
     assert (out / "assets" / "mathjax" / "tex-chtml-full.js").exists(), "MathJax is not bundled"
     assert list((out / "assets" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").glob("*.woff")), "MathJax fonts are not bundled"
 
+def test_links_to_a_section_find_it(site):
+    "A link to `page.html#name` (nbdev links every backticked name it knows) must land on an element with that id"
+    out, pages = site
+    ids = {p: set(re.findall(r'\bid="([^"]+)"', (out / p).read_text())) for p in pages}
+    bad = []
+    for page in pages:
+        for ref in re.findall(r'href="([^"]*#[^"]*)"', (out / page).read_text()):
+            ref = html.unescape(ref)
+            if _remote(ref) or ref.startswith(("mailto:", "javascript:")): continue
+            target, frag = ref.split("#", 1)
+            target = target or page
+            if target in ids and urllib.parse.unquote(frag) not in ids[target]: bad.append(f"{page}: {ref}")
+    assert not bad, ("links to sections that do not exist (document the name with show_doc, or do not backtick it): "
+                     + ", ".join(sorted(set(bad))))
+
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     requests = None
     def log_message(self, *a): pass
