@@ -77,10 +77,12 @@ class BertLayer(nn.Module):
         self.parallel = None    # hook: a module f(layer_input, mask) added to the residual before the last LayerNorm
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None):
-        if packed is not None and self.parallel is not None:
-            raise ValueError("BertLayer: a parallel branch needs the padded (B, T, C) layout; call BertModel with unpad=False.")
         h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv, packed)
-        res = h if self.parallel is None else h + self.parallel(hidden_states, attention_mask)   # (B, T, C)
+        if self.parallel is None: res = h
+        elif packed is None: res = h + self.parallel(hidden_states, attention_mask)              # (B, T, C)
+        else:   # real tokens only (N, C): the branch gets its padded input, and gives back its output at the real tokens
+            idx, B, T = packed
+            res = h + unpad_rows(self.parallel(pad_rows(hidden_states, idx, B, T), attention_mask), idx)
         return self.output(self.intermediate(h), res), probs
 
 # %% ../nbs/02_bert.ipynb #6446103e
@@ -175,10 +177,9 @@ class BertModel(nn.Module):
             return BertModelOutput(h, self.pooler(h), hs, at)
 
     def _can_unpad(self, attention_mask, per_layer_outputs:bool) -> bool:
-        """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), without
-        per-layer outputs (kept padded) and without `BertLayer.parallel` branches (they take the padded layout)"""
-        return (self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
-                and all(l.parallel is None for l in self.encoder.layer))
+        """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), and
+        without per-layer outputs (kept padded)"""
+        return self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):
