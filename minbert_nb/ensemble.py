@@ -191,7 +191,7 @@ def _prepare_out(out:Path, runs:list):
         for f in (out/"predictions").glob("*-output.csv"): f.unlink()
 
 def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
-                  splits=("dev", "test")) -> dict:
+                  splits=("dev", "test"), partial:bool=False) -> dict:
     "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
     from minbert_nb.train import write_json
     runs, out = [Path(r) for r in run_dirs], Path(out)
@@ -203,16 +203,22 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     for t, m in methods.items():
         if m not in METHODS[t]: raise ValueError(f"--{'sst' if t == 'cfimdb' else t} {m}: expected one of {', '.join(METHODS[t])}.")
     _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
-    results, skipped = {}, []
+    results, skipped, abstained = {}, [], {}
     for split in splits:
         for t in ENSEMBLE_TASKS:
             have = [prediction_path(r, t, split).is_file() for r in runs]
             if not any(have): continue                        # no member has it (e.g. CFIMDB in multitask runs)
             if not all(have):
                 lack = [str(r) for r, h in zip(runs, have) if not h]
-                print(f"note: {t}-{split} skipped: {prediction_path('.', t, split).name} is missing from {', '.join(lack)}")
-                skipped.append(f"{t}-{split}"); continue
-            results[(t, split)] = ensemble_split(runs, t, split, methods[t], w)
+                if not partial:
+                    print(f"note: {t}-{split} skipped: {prediction_path('.', t, split).name} is missing from {', '.join(lack)} "
+                          "(--partial ensembles it over the members that have it)")
+                    skipped.append(f"{t}-{split}"); continue
+                print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} abstain (no "
+                      f"{prediction_path('.', t, split).name})")
+                abstained[f"{t}-{split}"] = lack
+            sel = np.array(have)
+            results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)
     if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
                                             "are these minbert_train run folders?")
     ddir = _data_dir(data_dir, runs)
@@ -223,22 +229,22 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         s, k = score_against(t, r["pred"], labels), TASK_METRIC[t]
         if k not in s: continue                               # no labelled row
         metrics.update({k: s[k], f"{t}_n": s["n"]}, **({f"{t}_n_unlabelled": s["n_unlabelled"]} if s["n_unlabelled"] else {}))
-        for m, f in zip(members, r["members"]): m[k] = score_against(t, f, labels)[k]
+        for m, f in zip([m for m, h in zip(members, r["have"]) if h], r["members"]): m[k] = score_against(t, f, labels)[k]
     for m in [metrics, *members]:
         if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
     for r, m in zip(runs, members):
         mj = json.loads((r/"metrics.json").read_text()) if (r/"metrics.json").is_file() else {}
         m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
-                   ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped)
+                   ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped, abstained=abstained)
     for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
-    write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits),
+    write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits), partial=partial,
                     data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
     write_json(metrics, out/"metrics.json")
     if any(k in metrics for k in TASK_METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
     keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics]
-    print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f} ({metrics['gain_over_mean'].get(k, float('nan')):+.4f} "
-          "vs mean)" for k in keys) + f" | {out}")
+    gain = lambda k: f" ({metrics['gain_over_mean'][k]:+.4f} vs mean)" if k in metrics["gain_over_mean"] else ""   # every member has k
+    print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f}{gain(k)}" for k in keys) + f" | {out}")
     return metrics
 
 # %% ../nbs/15_ensemble.ipynb #f71215ae
@@ -258,12 +264,14 @@ def ensemble_parser() -> argparse.ArgumentParser:
     p.add_argument("--sts", default="mean", choices=METHODS["sts"], help="mean (weighted) or median of the predicted scores; weighted: weighted mean of the raw scores, clipped to 0..5")
     p.add_argument("--weights", default=None, type=_weights_arg, metavar="W,W,...", help="one weight per RUN_DIR, e.g. 1,1,2 (default equal); your choice, never the members' dev scores")
     p.add_argument("--data_dir", "--data-dir", dest="data_dir", default=None, metavar="DIR", help="data folder for the dev labels (default: the first member's, else the usual lookup)")
+    p.add_argument("--partial", action="store_true", help="a task or split that only some members have (a specialist trained on one task, say) is "
+                                                           "ensembled over those members, the others abstaining; by default it is skipped")
     return p
 
 def minbert_ensemble(argv=None):
     "Console entry point: `minbert_ensemble RUN_DIR [RUN_DIR ...] --out DIR` (see `ensemble_runs`)"
     a = ensemble_parser().parse_args(argv)
-    try: ensemble_runs(a.run_dirs, a.out, a.sst, a.para, a.sts, a.weights, a.data_dir)
+    try: ensemble_runs(a.run_dirs, a.out, a.sst, a.para, a.sts, a.weights, a.data_dir, partial=a.partial)
     except (DataError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
 
 minbert_ensemble.main, minbert_ensemble.parser = minbert_ensemble, ensemble_parser   # as `cli` commands have (00_core)
