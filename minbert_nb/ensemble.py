@@ -221,6 +221,9 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
             results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)
     if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
                                             "are these minbert_train run folders?")
+    differ = [t for t in ENSEMBLE_TASKS if (t, "dev") in results and (t, "test") in results and results[(t, "dev")]["have"] != results[(t, "test")]["have"]]
+    for t in differ: print(f"warning: {t} test predictions come from other members than the {t} dev score (a member predicts one split "
+                           "and not the other): the dev score does not describe the test file")
     ddir = _data_dir(data_dir, runs)
     metrics, members = dict(split="dev"), [dict(run=str(r)) for r in runs]
     for (t, split), r in results.items():
@@ -236,7 +239,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         mj = json.loads((r/"metrics.json").read_text()) if (r/"metrics.json").is_file() else {}
         m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
-                   ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped, abstained=abstained)
+                   ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped, abstained=abstained, dev_test_members_differ=differ)
     for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
     write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits), partial=partial,
                     data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
