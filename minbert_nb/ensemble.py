@@ -214,7 +214,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
                     print(f"note: {t}-{split} skipped: {prediction_path('.', t, split).name} is missing from {', '.join(lack)} "
                           "(--partial ensembles it over the members that have it)")
                     skipped.append(f"{t}-{split}"); continue
-                print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} abstain (no "
+                print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} {'abstains' if len(lack) == 1 else 'abstain'} (no "
                       f"{prediction_path('.', t, split).name})")
                 abstained[f"{t}-{split}"] = lack
             sel = np.array(have)
