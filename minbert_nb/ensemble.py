@@ -216,6 +216,10 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
                     skipped.append(f"{t}-{split}"); continue
                 print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} {'abstains' if len(lack) == 1 else 'abstain'} (no "
                       f"{prediction_path('.', t, split).name})")
+                if not w[np.array(have)].sum() > 0:
+                    print(f"note: {t}-{split} skipped: only members of weight 0 have it ({', '.join(str(r) for r, h in zip(runs, have) if h)}); "
+                          "give one of them a weight > 0 (--weights) to ensemble it")
+                    skipped.append(f"{t}-{split}"); continue
                 abstained[f"{t}-{split}"] = lack
             sel = np.array(have)
             results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)

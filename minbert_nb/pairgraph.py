@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/pairgraph.html.md"""
 
 # %% ../nbs/04b_pairgraph.ipynb #81b2c821
 from __future__ import annotations
-import random
+import numbers, random
 from collections import defaultdict
 import pandas as pd
 
@@ -27,8 +27,10 @@ class PairGraph:
     "Questions as nodes, labelled pairs as edges: duplicate labels join groups, non-duplicate labels link two groups apart"
     def __init__(self, pairs:pd.DataFrame):
         bad = pairs[~pairs.label.isin([0, 1])]
-        if len(bad): raise ValueError(f"PairGraph needs labels 0 or 1; row id={bad.id.iloc[0]!r} has label {bad.label.iloc[0]} "
-                                      f"({len(bad)} such row(s)). Drop unlabelled or soft-labelled rows first.")
+        if len(bad):
+            where = f"id={bad.id.iloc[0]!r}" if "id" in pairs.columns else f"at position {pairs.index.get_loc(bad.index[0])}"
+            raise ValueError(f"PairGraph needs labels 0 or 1; row {where} has label {bad.label.iloc[0]} ({len(bad)} such row(s)). "
+                             "Drop unlabelled or soft-labelled rows first.")
         self.text, self._parent = {}, {}
         keys = []
         for a, b, l in zip(pairs.sentence1, pairs.sentence2, pairs.label):
@@ -57,10 +59,14 @@ class PairGraph:
                 f"duplicates, {len(self.apart):,} links apart, {len(self.conflicted)} conflicted)")
 
 # %% ../nbs/04b_pairgraph.ipynb #77ee3df4
-def implied_pairs(pairs:pd.DataFrame, exclude:set|None=None, pos_per_group:int|str|None="size", seed:int=0) -> pd.DataFrame:
+def implied_pairs(pairs:pd.DataFrame, exclude:set|None=None, pos_per_group:int|str|None="size", neg_per_link:int|None=None,
+                  seed:int=0) -> pd.DataFrame:
     "Labelled pairs implied by transitivity in `pairs` (0/1 labels), minus those already labelled and those in `exclude`"
-    if not (pos_per_group in ("size", None) or (isinstance(pos_per_group, int) and pos_per_group >= 0)):
+    whole = lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0
+    if not (pos_per_group in ("size", None) or whole(pos_per_group)):
         raise ValueError(f"pos_per_group={pos_per_group!r}: expected 'size', a whole number >= 0, or None (all).")
+    if not (neg_per_link is None or whole(neg_per_link)):
+        raise ValueError(f"neg_per_link={neg_per_link!r}: expected a whole number >= 0, or None (all).")
     g, rng, exclude = PairGraph(pairs), random.Random(seed), exclude or set()
     seen, rows, dropped = set(g.known), [], 0
     def take(cands, label, cap=None):
@@ -77,7 +83,7 @@ def implied_pairs(pairs:pd.DataFrame, exclude:set|None=None, pos_per_group:int|s
         take([(a, b) for j, a in enumerate(grp) for b in grp[j + 1:]], 1.0, cap)
     for i, j in g.apart:
         if i in g.conflicted or j in g.conflicted: continue
-        take([(a, b) for a in g.groups[i] for b in g.groups[j]], 0.0)
+        take([(a, b) for a in g.groups[i] for b in g.groups[j]], 0.0, neg_per_link)
     out = pd.DataFrame(dict(id=[f"implied-{n}" for n in range(len(rows))], sentence1=[g.text[a] for a, _, _ in rows],
                             sentence2=[g.text[b] for _, b, _ in rows], label=[l for _, _, l in rows]))
     out.attrs = dict(graph=repr(g), positives=int((out.label == 1).sum()), negatives=int((out.label == 0).sum()),

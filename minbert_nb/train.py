@@ -328,7 +328,9 @@ def _quora_implied(cfg:TrainConfig, df:pd.DataFrame) -> pd.DataFrame:
     if p.is_file(): parts.append(read_task_file(p, "para", labelled=True))
     held = set()
     for split in ("dev", "test"):   # texts only: a pair scored there must not be trained on, whatever its label
-        try: held |= pair_keys(load_split("para", split, cfg.data_dir, skip_bad_rows=cfg.skip_bad_rows))
+        try:
+            with warnings.catch_warnings():   # read for its texts alone: a malformed or unlabelled row is no reason to stop
+                warnings.simplefilter("ignore"); held |= pair_keys(load_split("para", split, cfg.data_dir, skip_bad_rows=True))
         except FileNotFoundError: pass
     imp = implied_pairs(pd.concat(parts, ignore_index=True), exclude=held, seed=cfg.seed)
     keep = {"both": (0.0, 1.0), "duplicates": (1.0,), "non-duplicates": (0.0,)}[cfg.quora_implied]

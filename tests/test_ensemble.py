@@ -232,6 +232,23 @@ def test_command_end_to_end(fixture_runs, dev, small_data, tmp_path):
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["minbert_ensemble"] == "minbert_nb.ensemble:minbert_ensemble"
 
+def test_command_partial_votes_para_test_over_the_members_that_have_it(fixture_runs, small_data, tmp_path):
+    "--partial: member 3 has no Quora test file, so it abstains there; with weights, only the members taking part count"
+    out = tmp_path / "partial"
+    r = _cli(*fixture_runs, "--out", out, "--partial", "--weights", "1,1,2,5", "--data-dir", small_data)
+    assert r.returncode == 0, r.stderr
+    assert "note: para-test from 3 of 4 members" in r.stdout and "warning: para test predictions come from other members" in r.stdout
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["skipped"] == [] and m["abstained"] == {"para-test": [str(fixture_runs[3])]} and m["dev_test_members_differ"] == ["para"]
+    P = np.array([[0, 1]] * 3)
+    got = read_predictions(prediction_path(out, "para", "test"), "para").set_index("id").loc[["q1", "q2"], "pred"].to_numpy()
+    assert (got == ref_vote(P, [1, 1, 2])).all()
+    assert json.loads((out / "config.json").read_text())["partial"] is True
+    # the same members, weight 0 on all who have Quora test: skipped with a note naming them, not an error
+    r = _cli(*fixture_runs, "--out", tmp_path / "zero", "--partial", "--weights", "0,0,0,1", "--data-dir", small_data)
+    assert r.returncode == 0, r.stderr
+    assert "para-test skipped: only members of weight 0 have it" in r.stdout
+
 def test_command_errors(fixture_runs, tmp_path):
     r = _cli(fixture_runs[0], tmp_path / "nowhere", "--out", tmp_path / "e")
     assert r.returncode != 0 and "minbert_ensemble:" in r.stderr and "nowhere: no such run folder" in r.stderr
