@@ -208,20 +208,18 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         for t in ENSEMBLE_TASKS:
             have = [prediction_path(r, t, split).is_file() for r in runs]
             if not any(have): continue                        # no member has it (e.g. CFIMDB in multitask runs)
+            sel, name = np.array(have), prediction_path(".", t, split).name
             if not all(have):
-                lack = [str(r) for r, h in zip(runs, have) if not h]
+                lack, took = [str(r) for r, h in zip(runs, have) if not h], [str(r) for r, h in zip(runs, have) if h]
                 if not partial:
-                    print(f"note: {t}-{split} skipped: {prediction_path('.', t, split).name} is missing from {', '.join(lack)} "
-                          "(--partial ensembles it over the members that have it)")
+                    print(f"note: {t}-{split} skipped: {name} is missing from {', '.join(lack)} (--partial ensembles it over the members that have it)")
                     skipped.append(f"{t}-{split}"); continue
-                print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} {'abstains' if len(lack) == 1 else 'abstain'} (no "
-                      f"{prediction_path('.', t, split).name})")
-                if not w[np.array(have)].sum() > 0:
-                    print(f"note: {t}-{split} skipped: only members of weight 0 have it ({', '.join(str(r) for r, h in zip(runs, have) if h)}); "
+                if not w[sel].sum() > 0:
+                    print(f"note: {t}-{split} skipped: only members of weight 0 have it ({', '.join(took)}); "
                           "give one of them a weight > 0 (--weights) to ensemble it")
                     skipped.append(f"{t}-{split}"); continue
+                print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} {'abstains' if len(lack) == 1 else 'abstain'} (no {name})")
                 abstained[f"{t}-{split}"] = lack
-            sel = np.array(have)
             results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)
     if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
                                             "are these minbert_train run folders?")
