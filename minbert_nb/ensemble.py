@@ -12,14 +12,15 @@ import numpy as np
 import pandas as pd
 from .data import DataError, get_task, load_split
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
-                                 score_split, overall_score)
+                                 score_split, overall_score, pearson, accuracy)
 from .checkpoint import code_version
 from .core import stamp_run_figure
 
 # %% auto #0
 __all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores', 'median_scores',
            'average_raw', 'align_members', 'member_bias', 'ensemble_split', 'score_against', 'plot_members',
-           'ensemble_runs', 'ensemble_parser', 'minbert_ensemble']
+           'ensemble_runs', 'bag_score', 'select_ensemble', 'ensemble_headroom', 'headroom_table', 'ensemble_parser',
+           'write_headroom', 'minbert_ensemble']
 
 # %% ../nbs/15_ensemble.ipynb #c3714b08
 def member_weights(weights, n:int) -> np.ndarray:
@@ -252,6 +253,85 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f}{gain(k)}" for k in keys) + f" | {out}")
     return metrics
 
+# %% ../nbs/15_ensemble.ipynb #1952a6ff
+def _headroom_members(runs:list, task:str, labels:pd.DataFrame):
+    "(members x labelled rows) array of dev predictions, labels, run names, and the runs lacking some labelled row"
+    lab = labels[labels["label"].notna()]
+    ids, y = lab["id"].astype(str).tolist(), pd.to_numeric(lab["label"]).astype(float).to_numpy()
+    P, names, lacking = [], [], []
+    for r in runs:
+        f = prediction_path(r, task, "dev")
+        if not f.is_file(): continue
+        p = read_predictions(f, task).set_index("id")["pred"]
+        if not set(ids) <= set(p.index): lacking.append(str(r)); continue
+        P.append(p.loc[ids].to_numpy(dtype=float)); names.append(str(r))
+    return np.array(P).reshape(len(P), len(ids)), y, names, lacking
+
+def bag_score(task:str, P, y, counts) -> float:
+    "Dev score of the ensemble in which member `i` (row `i` of `P`) takes part `counts[i]` times: a vote (classes) or the mean (STS)"
+    R = np.repeat(np.asarray(P, dtype=float), np.asarray(counts, dtype=int), axis=0)   # the runs in their order, each repeated
+    if task == "sts": return pearson(R.mean(0), y)
+    return accuracy(vote(R).astype(int), np.asarray(y).astype(int))
+
+def select_ensemble(task:str, P, y, init:int=3, steps:int=20) -> dict:
+    "Ensemble selection with replacement (Caruana et al. 2004) on labels `y`: `single` scores, the best bag's `counts` and `score`"
+    P = np.asarray(P, dtype=float); n = len(P)
+    if n == 0: raise ValueError(f"{task}: no member to select from.")
+    if init < 1 or steps < 0: raise ValueError(f"init={init}, steps={steps}: expected init >= 1 and steps >= 0.")
+    one = lambda i: np.eye(n)[i]
+    single = np.array([bag_score(task, P, y, one(i)) for i in range(n)])
+    b = int(np.argmax(single)); best, best_counts = float(single[b]), one(b)
+    counts = np.zeros(n); counts[np.argsort(-single, kind="stable")[:min(init, n)]] = 1
+    for k in range(steps + 1):
+        if k:                                                        # one more member, the one that helps most
+            trial = [bag_score(task, P, y, counts + one(i)) for i in range(n)]
+            counts = counts + one(int(np.argmax(trial)))
+        s = bag_score(task, P, y, counts)
+        if s > best + 1e-12: best, best_counts = s, counts.copy()     # better by more than rounding (a constant STS member
+                                                                       # shifts the mean, which leaves the correlation as it was)
+    return dict(single=single, counts=best_counts.astype(int), score=best)
+
+# %% ../nbs/15_ensemble.ipynb #739c1650
+def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=("sst", "para", "sts")) -> dict:
+    "Per task, the best member and an ensemble selected **with the dev labels** (optimistic ceilings, never results)"
+    runs = [Path(r) for r in run_dirs]
+    if not runs: raise ValueError("no run folders given.")
+    ddir = _data_dir(data_dir, runs)
+    out = dict(uses_dev_labels=True, method="ensemble selection with replacement (Caruana et al. 2004)", init=init, steps=steps,
+               runs=[str(r) for r in runs], tasks={})
+    for t in tasks:
+        P, y, names, lacking = _headroom_members(runs, t, load_split(t, "dev", ddir))
+        if lacking: print(f"note: {t}: {len(lacking)} run(s) predict only part of dev (dev_limit?) and are left out: {', '.join(lacking)}")
+        if not names: continue
+        s, k = select_ensemble(t, P, y, init, steps), TASK_METRIC[t]
+        b = int(np.argmax(s["single"]))
+        out["tasks"][t] = dict(metric=k, n=len(y), members=len(names), left_out=lacking,
+                               best_member=dict(run=names[b], score=float(s["single"][b])),
+                               selected=dict(score=float(s["score"]), counts={n: int(c) for n, c in zip(names, s["counts"]) if c}),
+                               scores={n: float(v) for n, v in zip(names, s["single"])})
+    T = out["tasks"]
+    if all(t in T for t in ("sst", "para", "sts")):
+        three = lambda f: overall_score(*(f(T[t]) for t in ("sst", "para", "sts")))
+        whole = [r for r in T["sst"]["scores"] if r in T["para"]["scores"] and r in T["sts"]["scores"]]
+        if whole:
+            o = {r: overall_score(T["sst"]["scores"][r], T["para"]["scores"][r], T["sts"]["scores"][r]) for r in whole}
+            best = max(o, key=o.get); out["best_run"] = dict(run=best, overall=o[best])
+        out["overall_best_members"] = three(lambda d: d["best_member"]["score"])
+        out["overall_selected"] = three(lambda d: d["selected"]["score"])
+    return out
+
+def headroom_table(h:dict) -> str:
+    "`ensemble_headroom`'s figures as a Markdown table"
+    rows = ["| task | metric | runs | best member | selected ensemble (members) |", "|---|---|---|---|---|"]
+    for t, d in h["tasks"].items():
+        rows.append(f"| {t} | {d['metric']} | {d['members']} | {d['best_member']['score']:.4f} ({Path(d['best_member']['run']).name}) "
+                    f"| {d['selected']['score']:.4f} ({sum(d['selected']['counts'].values())}) |")
+    if "overall_selected" in h:
+        br = h.get("best_run")
+        rows.append(f"| overall | | | {h['overall_best_members']:.4f} (each task's best member)"
+                    + (f"; best single run {br['overall']:.4f} ({Path(br['run']).name})" if br else "") + f" | {h['overall_selected']:.4f} |")
+    return "\n".join(rows)
+
 # %% ../nbs/15_ensemble.ipynb #f71215ae
 def _weights_arg(s:str) -> list:
     try: return [float(x) for x in s.split(",")]
@@ -271,12 +351,28 @@ def ensemble_parser() -> argparse.ArgumentParser:
     p.add_argument("--data_dir", "--data-dir", dest="data_dir", default=None, metavar="DIR", help="data folder for the dev labels (default: the first member's, else the usual lookup)")
     p.add_argument("--partial", action="store_true", help="a task or split that only some members have (a specialist trained on one task, say) is "
                                                            "ensembled over those members, the others abstaining; by default it is skipped")
+    p.add_argument("--headroom", action="store_true", help="write no ensemble but DIR/headroom.json and headroom.md: per task the best run and an "
+                                                            "ensemble selected WITH the dev labels (optimistic ceilings, never results; see ensemble_headroom)")
     return p
+
+def write_headroom(run_dirs, out, data_dir=None) -> dict:
+    "`ensemble_headroom` of `run_dirs` into `out`/headroom.json (with the code version) and `out`/headroom.md"
+    from minbert_nb.train import write_json
+    out, runs = Path(out), [Path(r) for r in run_dirs]
+    if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the runs; write the headroom to a new folder.")
+    h = dict(ensemble_headroom(runs, data_dir), code=code_version())
+    write_json(h, out/"headroom.json")
+    table = headroom_table(h)
+    (out/"headroom.md").write_text("Members chosen WITH the dev labels: optimistic ceilings of these runs, never results.\n\n" + table + "\n")
+    print(table + f"\n(chosen with the dev labels: optimistic, never a result) -> {out/'headroom.json'}")
+    return h
 
 def minbert_ensemble(argv=None):
     "Console entry point: `minbert_ensemble RUN_DIR [RUN_DIR ...] --out DIR` (see `ensemble_runs`)"
     a = ensemble_parser().parse_args(argv)
-    try: ensemble_runs(a.run_dirs, a.out, a.sst, a.para, a.sts, a.weights, a.data_dir, partial=a.partial)
+    try:
+        if a.headroom: write_headroom(a.run_dirs, a.out, a.data_dir)
+        else: ensemble_runs(a.run_dirs, a.out, a.sst, a.para, a.sts, a.weights, a.data_dir, partial=a.partial)
     except (DataError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
 
 minbert_ensemble.main, minbert_ensemble.parser = minbert_ensemble, ensemble_parser   # as `cli` commands have (00_core)
