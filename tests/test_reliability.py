@@ -44,11 +44,11 @@ MORE_DATA = ["--sst_phrases", "true", "--phrase_min_tokens", "3", "--phrases_per
              "--contrastive_weight", "1.0", "--contrastive_batch", "4", "--contrastive_every", "2",
              "--pair_modes", '{"para": "cross", "sts": "both"}', "--pair_swap", "true", "--ema", "0.99"]
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data, extra=MORE_DATA):
-    ref = _cli(_args(tmp_path / "ref", small_data) + extra); out, _ = ref.communicate(timeout=300)
+def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
+    ref = _cli(_args(tmp_path / "ref", small_data) + MORE_DATA); out, _ = ref.communicate(timeout=300)
     assert ref.returncode == 0, out
     run = tmp_path / "killed"
-    p = _cli(_args(run, small_data) + extra)
+    p = _cli(_args(run, small_data) + MORE_DATA)
     st = _wait_for_checkpoint(run, p, min_step=4)
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
