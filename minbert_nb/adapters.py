@@ -6,17 +6,18 @@ Docs: https://minbert-nb.github.io/minbert_nb/adapters.html.md"""
 
 # %% ../nbs/11a_adapters.ipynb #663c7a1b
 from __future__ import annotations
-import re
+import copy, re
 import torch
 from torch import nn
 import torch.nn.functional as F
 from .core import *
 from .attention import BertSelfAttention
 from .bert import BertModel, current_task, task_context
+from .lora import LoRALinear
 
 # %% auto #0
-__all__ = ['ADAPTER_TARGETS', 'pick_task', 'HoulsbyAdapter', 'AdapterLinear', 'inject_adapters', 'PALShared', 'PALBranch',
-           'inject_pals']
+__all__ = ['ADAPTER_TARGETS', 'pick_task', 'HoulsbyAdapter', 'AdapterLinear', 'inject_adapters', 'TaskLayerNorm',
+           'inject_task_layernorms', 'PALShared', 'PALBranch', 'inject_pals']
 
 # %% ../nbs/11a_adapters.ipynb #af6828b6
 def pick_task(tasks) -> str:
@@ -39,24 +40,50 @@ class HoulsbyAdapter(nn.Module):
     def forward(self, h): return h + self.up(F.gelu(self.down(h)))
 
 class AdapterLinear(nn.Module):
-    "A linear layer (`base_layer`) followed by the current task's `HoulsbyAdapter`"
+    "A linear layer (`base_layer`), the sub-layer's `dropout`, then the current task's `HoulsbyAdapter` (adapter-bert's order)"
     adapter_names = ("adapter_by_task",)
-    def __init__(self, base_layer:nn.Linear, tasks, size:int=64):
+    def __init__(self, base_layer:nn.Module, tasks, size:int=64, dropout:nn.Module|None=None):
         super().__init__()
         self.base_layer = base_layer
+        self.dropout = dropout if dropout is not None else nn.Identity()
         self.adapter_by_task = nn.ModuleDict({t: HoulsbyAdapter(base_layer.out_features, size) for t in tasks})
     in_features = property(lambda self: self.base_layer.in_features)
     out_features = property(lambda self: self.base_layer.out_features)
-    def forward(self, x): return self.adapter_by_task[pick_task(self.adapter_by_task)](self.base_layer(x))
+    def forward(self, x): return self.adapter_by_task[pick_task(self.adapter_by_task)](self.dropout(self.base_layer(x)))
 
 ADAPTER_TARGETS = r"(attention\.output\.dense|layer\.\d+\.output\.dense)$"
 
 def inject_adapters(model:nn.Module, tasks, size:int=64) -> list:
-    "Wrap the two output projections of every layer of `model` in per-task `AdapterLinear`s; returns the wrapped names"
-    names = [n for n, m in model.named_modules() if type(m) is nn.Linear and re.search(ADAPTER_TARGETS, n)]
+    """Wrap the two output projections of every layer of `model` in per-task `AdapterLinear`s, each taking over its sub-layer's
+    dropout (the sub-layer keeps an `nn.Identity`): LN(adapter(dropout(dense(x))) + x); returns the wrapped names"""
+    if any(isinstance(m, AdapterLinear) for m in model.modules()): raise ValueError("inject_adapters: the model has adapters already.")
+    names = [n for n, m in model.named_modules() if type(m) in (nn.Linear, LoRALinear) and re.search(ADAPTER_TARGETS, n)]
     for n in names:
         parent, _, child = n.rpartition(".")
-        p = model.get_submodule(parent); setattr(p, child, AdapterLinear(getattr(p, child), tasks, size))
+        p = model.get_submodule(parent)
+        if not isinstance(getattr(p, "dropout", None), nn.Dropout):
+            raise TypeError(f"inject_adapters: {parent} has no `dropout` (nn.Dropout) to put before the adapter; expected minBERT's "
+                            f"BertSelfOutput / BertOutput (dense, dropout, LayerNorm).")
+        setattr(p, child, AdapterLinear(getattr(p, child), tasks, size, dropout=p.dropout)); p.dropout = nn.Identity()
+    return names
+
+# %% ../nbs/11a_adapters.ipynb #7de4f443
+class TaskLayerNorm(nn.LayerNorm):
+    "A backbone LayerNorm with one copy per task (`layernorm_by_task`, initialised from it); the current task's copy normalises"
+    adapter_names = ("layernorm_by_task",)
+    def __init__(self, base:nn.LayerNorm, tasks):
+        super().__init__(base.normalized_shape, eps=base.eps, device=base.weight.device, dtype=base.weight.dtype)
+        self.load_state_dict(base.state_dict())                  # the backbone's own weights keep their names (frozen, unused)
+        self.layernorm_by_task = nn.ModuleDict({t: copy.deepcopy(base) for t in tasks})
+    def forward(self, x): return self.layernorm_by_task[pick_task(self.layernorm_by_task)](x)
+
+def inject_task_layernorms(model:nn.Module, tasks) -> list:
+    "Replace every `nn.LayerNorm` of `model` by a `TaskLayerNorm` with one copy per task of `tasks`; returns the replaced names"
+    names = [n for n, m in model.named_modules() if type(m) is nn.LayerNorm]
+    for n in names:
+        parent, _, child = n.rpartition(".")
+        p = model.get_submodule(parent) if parent else model
+        setattr(p, child, TaskLayerNorm(getattr(p, child), tasks))
     return names
 
 # %% ../nbs/11a_adapters.ipynb #3d8c6faf
@@ -72,7 +99,7 @@ class PALShared(nn.Module):
             nn.init.zeros_(self.pal_decoder[t].weight); nn.init.zeros_(self.pal_decoder[t].bias)
 
 class PALBranch(nn.Module):
-    "TS(h) = V^D g(V^E h) for one layer: its own attention g per task, the shared V^E, V^D (held, not owned)"
+    "TS(h) = gelu(V^D g(V^E h)) for one layer: its own attention g per task, the shared V^E, V^D (held, not owned)"
     adapter_names = ("pal_attention",)
     def __init__(self, shared:PALShared, config:BertConfig, size:int, heads:int, tasks):
         super().__init__()
@@ -83,10 +110,10 @@ class PALBranch(nn.Module):
     def forward(self, h, mask=None):
         t = pick_task(self.pal_attention); s = self._shared[0]
         z = s.pal_encoder[t](h)                                  # (B, T, s)
-        return s.pal_decoder[t](self.pal_attention[t](z, mask)[0])   # (B, T, C)
+        return F.gelu(s.pal_decoder[t](self.pal_attention[t](z, mask)[0]))   # (B, T, C): gelu after V^D, as BERTPals
 
-def inject_pals(model:BertModel, tasks, size:int=204, heads:int|None=None) -> PALShared:
-    "Add a PAL branch to every layer of `model` (`BertLayer.parallel`), with V^E, V^D registered once as `model.pal_shared`"
+def inject_pals(model:BertModel, tasks, size:int=204, heads:int|None=6) -> PALShared:
+    "Add a PAL branch to every layer of `model` (`BertLayer.parallel`), with V^E, V^D registered once as `model.pal_shared`; `heads`: g's heads (None: the backbone's)"
     cfg = model.config; heads = heads or cfg.num_attention_heads
     if size % heads: raise ValueError(f"pal_size={size} is not a multiple of the {heads} attention heads of g; choose e.g. {heads * (size // heads)}.")
     model.pal_shared = PALShared(cfg.hidden_size, size, tasks)

@@ -44,12 +44,15 @@ class LoRALinear(nn.Module):
 
     def forward(self, x:torch.Tensor) -> torch.Tensor:
         if self.merged: return self.base_layer(x)
-        lora = self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling          # (..., out)
-        if not self.dora: return self.base_layer(x) + lora
+        y, xd = self.base_layer(x), self.lora_dropout(x)                                 # dropout on the update's input only
+        lora = self.lora_B(self.lora_A(xd)) * self.scaling                              # (..., out)
+        if not self.dora: return y + lora
         w = self.base_layer.weight + self.delta_weight()                                # (out, in)
         scale = self.lora_magnitude / self.row_norm(w)                                   # (out,)
-        out = scale * (F.linear(x, self.base_layer.weight) + lora)
-        return out if self.base_layer.bias is None else out + self.base_layer.bias
+        # W'x + b = y + (scale - 1) W0 x + scale * lora: the update W' - W0 sees the dropped-out input, as in peft and DoRA's code
+        if self.training and not isinstance(self.lora_dropout, nn.Identity): w0x = F.linear(xd, self.base_layer.weight)
+        else: w0x = y if self.base_layer.bias is None else y - self.base_layer.bias
+        return y + (scale - 1) * w0x + scale * lora
 
     @torch.no_grad()
     def merge(self):

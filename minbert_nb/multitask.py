@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/multitask.html.md"""
 
 # %% ../nbs/06_multitask.ipynb #bd120906
 from __future__ import annotations
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, fields, asdict
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -43,10 +43,13 @@ class ModelConfig:
     # --- PEFT modules (see 11_lora .. 11c_peft): attached to the backbone, saved with the model, rebuilt by load_run
     peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
     pal_size: int = 204              # PAL width (seed 000)
+    pal_heads: int|None = 6          # PAL attention heads (Bert-n-Pals: 6); None = the backbone's
     prefix_len: int = 10             # prefix length per layer (seed 000)
     prefix_init: str = "random"      # random | hidden (from a real first batch of each task, seed 000)
     prefix_mlp: bool = False         # prefix reparameterisation MLP (Li & Liang)
+    prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
     adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    adapter_layernorm: str = "task"  # adapters: task (a trained copy of every LayerNorm per task) | shared (one set)
     lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
     lora_alpha: float = 32.0         # LoRA/DoRA alpha (seed 002)
     lora_dropout: float = 0.0        # dropout on the LoRA branch
@@ -71,8 +74,7 @@ class ModelConfig:
 
     def peft_config(self) -> PeftConfig:
         "The PEFT modules this model carries"
-        return PeftConfig(self.peft, self.pal_size, self.prefix_len, self.prefix_init, self.prefix_mlp, self.adapter_size,
-                          self.lora_r, self.lora_alpha, self.lora_dropout, self.lora_targets)
+        return PeftConfig(**{f.name: getattr(self, f.name) for f in fields(PeftConfig) if f.name != "methods"}, methods=self.peft)
 
     def mode_of(self, task:str) -> str:
         "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both'"
@@ -121,7 +123,7 @@ class MultitaskBert(nn.Module):
         return self
 
     def param_report(self) -> dict:
-        "Parameter counts: total, trainable, backbone_trainable, peft, heads (see `11c_peft`)"
+        "Parameter counts: total, trainable, backbone_trainable, peft, layernorm, heads (see `11c_peft`)"
         return param_report(self)
 
     @torch.no_grad()

@@ -12,7 +12,7 @@ from torch import nn
 from .core import *
 from .bert import BertModel
 from .lora import LoRALinear, inject_lora, LORA_TARGETS
-from .adapters import inject_adapters, inject_pals
+from .adapters import inject_adapters, inject_pals, inject_task_layernorms, TaskLayerNorm
 from .prefix import inject_prefix
 
 # %% auto #0
@@ -35,10 +35,13 @@ class PeftConfig:
     "Which PEFT modules to attach, and their sizes"
     methods: tuple = ()                 # some of PEFT_METHODS
     pal_size: int = 204                 # PAL: width s of the projected attention (seed 000)
+    pal_heads: int|None = 6             # PAL: heads of the attention g (Bert-n-Pals: 6); None = the backbone's head count
     prefix_len: int = 10                # prefix tuning: virtual tokens per layer (seed 000; its Figure 4 sweeps 5-20)
     prefix_init: str = "random"         # random | hidden (keys/values of a real first batch, seed 000)
     prefix_mlp: bool = False            # Li & Liang's MLP reparameterisation
+    prefix_hidden: int = 512            # hidden width of that MLP (Li & Liang: 512)
     adapter_size: int = 64              # Houlsby bottleneck m (seed 000)
+    adapter_layernorm: str = "task"     # adapters: task (one trained copy of every LayerNorm per task, Houlsby) | shared (one set for all tasks)
     lora_r: int = 16                    # LoRA/DoRA rank (seed 002)
     lora_alpha: float = 32.0            # scaling alpha / r (seed 002)
     lora_dropout: float = 0.0           # dropout on the LoRA branch's input
@@ -50,8 +53,12 @@ class PeftConfig:
         self.lora_targets = tuple(self.lora_targets)
         if bad := [t for t in self.lora_targets if t not in LORA_TARGETS]: raise ValueError(f"lora_targets: unknown {bad}; expected some of {', '.join(LORA_TARGETS)}.")
         if self.prefix_init not in ("random", "hidden"): raise ValueError(f"prefix_init={self.prefix_init!r}: expected 'random' or 'hidden'.")
-        for k in ("pal_size", "prefix_len", "adapter_size", "lora_r"):
+        if self.adapter_layernorm not in ("task", "shared"): raise ValueError(f"adapter_layernorm={self.adapter_layernorm!r}: expected 'task' or 'shared'.")
+        for k in ("pal_size", "prefix_len", "prefix_hidden", "adapter_size", "lora_r") + (("pal_heads",) if self.pal_heads is not None else ()):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
+        if "pal" in self.methods and self.pal_heads is not None and self.pal_size % self.pal_heads:
+            raise ValueError(f"pal_size={self.pal_size} is not a multiple of pal_heads={self.pal_heads}; "
+                             f"choose e.g. pal_size={self.pal_heads * max(1, round(self.pal_size / self.pal_heads))}.")
 
 # %% ../nbs/11c_peft.ipynb #c1430807
 def inject_peft(bert:BertModel, cfg:PeftConfig, tasks) -> dict:
@@ -59,9 +66,12 @@ def inject_peft(bert:BertModel, cfg:PeftConfig, tasks) -> dict:
     tasks, done = tuple(tasks), {}
     if {"lora", "dora"} & set(cfg.methods):
         done["lora"] = inject_lora(bert, cfg.lora_targets, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, dora="dora" in cfg.methods)
-    if "adapter" in cfg.methods: done["adapter"] = inject_adapters(bert, tasks, cfg.adapter_size)
-    if "pal" in cfg.methods: inject_pals(bert, tasks, cfg.pal_size); done["pal"] = [f"encoder.layer.{i}.parallel" for i in range(len(bert.encoder.layer))]
-    if "prefix" in cfg.methods: inject_prefix(bert, tasks, cfg.prefix_len, cfg.prefix_mlp); done["prefix"] = ["prefix_provider"]
+    if "adapter" in cfg.methods:
+        done["adapter"] = inject_adapters(bert, tasks, cfg.adapter_size)
+        if cfg.adapter_layernorm == "task": done["layernorm"] = inject_task_layernorms(bert, tasks)
+    if "pal" in cfg.methods: inject_pals(bert, tasks, cfg.pal_size, cfg.pal_heads); done["pal"] = [f"encoder.layer.{i}.parallel" for i in range(len(bert.encoder.layer))]
+    if "prefix" in cfg.methods:
+        inject_prefix(bert, tasks, cfg.prefix_len, cfg.prefix_mlp, mlp_hidden=cfg.prefix_hidden); done["prefix"] = ["prefix_provider"]
     return done
 
 PEFT_PREFIXES = ("lora_", "adapter_", "pal_", "prefix_")   # every PEFT parameter name contains one (see 03_optimizer's groups)
@@ -69,22 +79,29 @@ PEFT_PREFIXES = ("lora_", "adapter_", "pal_", "prefix_")   # every PEFT paramete
 def is_peft_param(name:str) -> bool: return any(p in name for p in PEFT_PREFIXES)
 
 # %% ../nbs/11c_peft.ipynb #f91f7128
+def _unused_layernorm_params(model:nn.Module) -> set:
+    "Names of the backbone's own weights inside `TaskLayerNorm`s: the per-task copies replace them in the forward"
+    return {f"{n}.{k}" for n, m in model.named_modules() if isinstance(m, TaskLayerNorm) for k in ("weight", "bias")}
+
 def set_trainable(model:nn.Module, mode:str, methods=()) -> nn.Module:
     "Set `requires_grad` for `mode` ('finetune': all; 'pretrain': heads, PEFT modules, and LayerNorms with adapters)"
     if mode not in ("pretrain", "finetune"): raise ValueError(f"mode {mode!r}: expected 'pretrain' or 'finetune'.")
+    unused = _unused_layernorm_params(model)
     for n, p in model.named_parameters():
         backbone = n.startswith("bert.") or isinstance(model, BertModel)
-        keep = (mode == "finetune" or not backbone or is_peft_param(n)
-                or ("adapter" in methods and ".LayerNorm." in n))
+        if n in unused: keep = False                                   # replaced by its per-task copies
+        else: keep = (mode == "finetune" or not backbone or is_peft_param(n) or "layernorm_by_task" in n
+                      or ("adapter" in methods and not unused and ".LayerNorm." in n))
         p.requires_grad_(keep)
     return model
 
 def param_report(model:nn.Module) -> dict:
-    "Parameter counts: total, trainable, backbone_trainable (non-PEFT backbone weights that train), peft, heads"
-    r = dict(total=0, trainable=0, backbone_trainable=0, peft=0, heads=0)
+    "Parameter counts: total, trainable, backbone_trainable (non-PEFT backbone weights that train), peft, layernorm (per-task copies), heads"
+    r = dict(total=0, trainable=0, backbone_trainable=0, peft=0, layernorm=0, heads=0)
     for n, p in model.named_parameters():
         k = p.numel(); r["total"] += k; r["trainable"] += k * p.requires_grad
         if is_peft_param(n): r["peft"] += k
+        elif "layernorm_by_task" in n: r["layernorm"] += k
         elif n.startswith("bert.") or isinstance(model, BertModel): r["backbone_trainable"] += k * p.requires_grad
         else: r["heads"] += k
     return r

@@ -63,7 +63,7 @@ class PrefixTuning(nn.Module):
             self.prefix_kv[task][l, 1].copy_(v.view(self.P, self.nh, self.hs).transpose(0, 1))
         return self
 
-def inject_prefix(model:BertModel, tasks, length:int=10, mlp:bool=False) -> PrefixTuning:
-    "Give `model` per-task prefixes (`model.prefix_provider`)"
-    model.prefix_provider = PrefixTuning(model.config, tasks, length, mlp)
+def inject_prefix(model:BertModel, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512) -> PrefixTuning:
+    "Give `model` per-task prefixes (`model.prefix_provider`); `mlp_hidden` is the width of the reparameterisation MLP"
+    model.prefix_provider = PrefixTuning(model.config, tasks, length, mlp, mlp_hidden)
     return model.prefix_provider

@@ -34,11 +34,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
 
 # %% auto #0
-__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig', 'preset_config',
-           'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data', 'task_loss', 'load_teachers', 'loss_terms',
-           'grad_transform', 'write_json', 'plot_history', 'optimizer_updates', 'dist_env', 'train', 'predict',
-           'score_dev', 'load_run', 'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval',
-           'minbert_predict']
+__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig',
+           'saved_config', 'preset_config', 'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data',
+           'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'write_json', 'plot_history',
+           'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run', 'config_from_args',
+           'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -75,11 +75,14 @@ class TrainConfig:
     random_init: bool = False        # the backbone's architecture with random weights (no checkpoint needed; for --dry_run)
     # --- PEFT modules (see 11_lora .. 11c_peft); --mode pretrain trains only them (and LayerNorms with adapters) and the heads
     peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
-    pal_size: int = 204              # PAL width s (seed 000)
+    pal_size: int = 204              # PAL width s (seed 000); a multiple of pal_heads
+    pal_heads: int|None = 6          # PAL: heads of its attention g (Bert-n-Pals: 6); null = the backbone's head count
     prefix_len: int = 10             # prefix tuning: virtual tokens per layer (seed 000)
     prefix_init: str = "random"      # random | hidden (keys/values of each task's first training batch, seed 000)
     prefix_mlp: bool = False         # prefix tuning through Li & Liang's reparameterisation MLP
+    prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
     adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    adapter_layernorm: str = "task"  # adapters: task (one trained copy of every LayerNorm per task, Houlsby) | shared (one set for all tasks)
     lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
     lora_alpha: float = 32.0         # LoRA/DoRA alpha; the update is scaled by alpha / r (seed 002)
     lora_dropout: float = 0.0        # dropout on the LoRA branch's input
@@ -212,6 +215,15 @@ class TrainConfig:
         return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
                               upweight=self.upweight if kind in SAMPLED_KINDS else None,
                               anchor=self.tasks[0] if "sst" not in self.tasks else "sst")
+
+# Fields added after runs were saved, with the value those runs had: a run folder written before a field existed still builds
+# the model it trained (adapters with shared LayerNorms; PAL attention with the backbone's head count)
+LEGACY_FIELDS = {"adapter_layernorm": "shared", "pal_heads": None}
+
+def saved_config(d:dict) -> TrainConfig:
+    "The `TrainConfig` of a saved run (its config.json, or a checkpoint's `config`): known fields, `LEGACY_FIELDS` where it predates them"
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{**LEGACY_FIELDS, **{k: v for k, v in d.items() if k in names}})
 
 # %% ../nbs/09_train.ipynb #1ec23cbe
 PRESETS = {
@@ -427,7 +439,7 @@ def load_teachers(spec:str, previous=None, device=None) -> list:
             path = Path(previous)
         else: path = Path(s)/"best.pt" if Path(s).is_dir() else Path(s)
         ck = load_checkpoint(path)
-        try: tcfg = TrainConfig(**{k: v for k, v in ck.get("config", {}).items() if k in {f.name for f in fields(TrainConfig)}})
+        try: tcfg = saved_config(ck.get("config", {}))
         except (TypeError, ValueError) as e: raise ValueError(f"{path}: its saved config does not describe a model this version can build ({e}).") from None
         with torch.random.fork_rng(devices=[]):   # building it draws no numbers from the run's stream (resume stays exact)
             m = MultitaskBert(dataclasses.replace(tcfg.model_config(), random_init=True))   # the weights come from the checkpoint
@@ -752,7 +764,7 @@ def load_run(run_dir, device=None):
     run = Path(run_dir)
     for f in ("config.json", "best.pt"):
         if not (run/f).is_file(): raise FileNotFoundError(f"{run/f}: missing; is {run} a minbert_train run folder (with save_checkpoint on)?")
-    cfg = TrainConfig(**{k: v for k, v in json.loads((run/"config.json").read_text()).items() if k in {f.name for f in fields(TrainConfig)}})
+    cfg = saved_config(json.loads((run/"config.json").read_text()))
     dev = default_device(device or cfg.device)
     model = MultitaskBert(cfg.model_config())
     model.load_state_dict(load_checkpoint(run/"best.pt")["model"])
@@ -795,7 +807,7 @@ def parse_train_args(argv=None) -> tuple:
         if preset or cfile: p.error("--resume takes the run's own config.json; do not combine it with --preset or --config")
         rc = Path(resume)/"config.json"
         if not rc.is_file(): p.error(f"{rc}: not found; --resume needs a run folder written by minbert_train")
-        kw = json.loads(rc.read_text()); preset = kw.pop("preset", None); a["out"] = str(resume)
+        kw = {**LEGACY_FIELDS, **json.loads(rc.read_text())}; preset = kw.pop("preset", None); a["out"] = str(resume)
     if cfile:
         try: kw.update(json.loads(Path(cfile).read_text()))
         except FileNotFoundError: p.error(f"{cfile}: config file not found")

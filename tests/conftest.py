@@ -27,7 +27,8 @@ def small_data(tmp_path_factory):
 
 # Test files whose code never looks data up (pure functions of the package): identical in both passes
 _NO_DATA_LOOKUP = {"test_bert.py", "test_optimizer.py", "test_losses.py", "test_samplers.py", "test_evaluate.py", "test_multitask.py",
-                   "test_notebooks.py", "test_docs.py",
+                   "test_notebooks.py", "test_docs.py", "test_peft_reference.py", "test_adapter_pal_reference.py",
+                   "test_smart_reference.py",
                    "test_ablate.py"}   # ... or that pass the committed sample explicitly
 
 # A notebook that names none of these never reads the data folder (nor the sample): it runs the same in both passes

@@ -1,7 +1,7 @@
 """PEFT modules: LoRA and DoRA equal Hugging Face peft on the same checkpoint and weights; zero-initialised modules leave the
 backbone unchanged; merged equals unmerged; parameter counts equal their formulas; prefixes differ per task; pretrain mode
 leaves the backbone bit-identical; a PEFT run is rebuilt by load_run"""
-import json
+import json, re
 import pytest, torch
 from torch import nn
 import transformers
@@ -72,8 +72,19 @@ def test_zero_initialised_modules_leave_the_backbone_unchanged(batch):
 def test_peft_parameter_counts_on_minilm(peft, n):
     r = MultitaskBert(ModelConfig(peft=peft, lora_r=16, lora_targets="query,value", adapter_size=64, prefix_len=10)).set_mode("pretrain").param_report()
     assert r["peft"] == n
-    assert r["trainable"] == n + r["heads"] + (r["backbone_trainable"] if peft == "adapter" else 0)
-    assert (r["backbone_trainable"] > 0) == (peft == "adapter")     # adapters train the LayerNorms too
+    assert r["trainable"] == n + r["heads"] + r["layernorm"] and r["backbone_trainable"] == 0
+    assert r["layernorm"] == (3 * 13 * 2 * 384 if peft == "adapter" else 0)   # adapters train a copy of the 13 LayerNorms per task
+
+
+def test_per_task_layernorms_are_the_default_and_shared_ones_an_option():
+    "Houlsby: each task trains its own LayerNorms (29,952 parameters on MiniLM with 3 tasks); --adapter_layernorm shared keeps one set"
+    cfg = config_from_args(["--peft", "adapter", "--mode", "pretrain"])
+    assert cfg.adapter_layernorm == "task"
+    r = MultitaskBert(cfg.model_config()).param_report()
+    assert (r["layernorm"], r["backbone_trainable"], r["peft"]) == (29_952, 0, 1_785_600)
+    r = MultitaskBert(config_from_args(["--peft", "adapter", "--mode", "pretrain", "--adapter_layernorm", "shared"]).model_config()).param_report()
+    assert (r["layernorm"], r["backbone_trainable"], r["peft"]) == (0, 13 * 2 * 384, 1_785_600)
+    with pytest.raises(SystemExit): config_from_args(["--peft", "adapter", "--adapter_layernorm", "per-task"])
 
 
 def test_prefix_tasks_attend_differently_and_hidden_init_uses_real_activations(batch):
@@ -104,9 +115,11 @@ def test_pretrain_keeps_the_backbone_finetune_changes_it(tmp_path, small_data):
         assert m["params"]["peft"] > 0
         sd = load_checkpoint(tmp_path/mode/"last.pt")["model"]
         out[mode] = {k: sd["bert." + _adapter_name(_lora_name(k))] for k in base}   # wrapped layers: NAME -> NAME.base_layer
-    frozen = [k for k in base if ".LayerNorm." not in k]                            # with adapters the LayerNorms train
-    assert all(torch.equal(out["pretrain"][k], base[k]) for k in frozen)            # bit-identical
-    assert any(not torch.equal(out["pretrain"][k], base[k]) for k in base if ".LayerNorm." in k)
+        if mode == "pretrain":   # with adapters each task's copy of the LayerNorms trains (the backbone's own stay, unused)
+            lns = {k: v for k, v in sd.items() if ".layernorm_by_task." in k}
+            assert lns and any(not torch.equal(v, base[re.sub(r"\.layernorm_by_task\.\w+", "", k[len("bert."):])]) for k, v in lns.items())
+    frozen = list(base)
+    assert all(torch.equal(out["pretrain"][k], base[k]) for k in frozen)            # bit-identical, LayerNorms included
     assert any(not torch.equal(out["finetune"][k], base[k]) for k in frozen)
     model, cfg = load_run(tmp_path/"pretrain", "cpu")                                # rebuilt with its modules; weights load by name
     assert cfg.peft == "lora,adapter,pal,prefix" and {n.split("_")[0].rsplit(".", 1)[-1] for n, _ in model.named_parameters() if is_peft_param(n)} >= {"lora", "adapter", "pal", "prefix"}
@@ -127,7 +140,16 @@ def test_dry_run_offline_bert_base(tmp_path):
                                   "--mode", "pretrain", "--out", str(tmp_path)]))
     assert json.loads((tmp_path/"params.json").read_text()) == r
     assert r["peft"] == 3 * 12 * 2 * (2 * 768 * 64 + 64 + 768)
-    assert set(r) == {"total", "trainable", "backbone_trainable", "peft", "heads"}
+    assert set(r) == {"total", "trainable", "backbone_trainable", "peft", "layernorm", "heads"}
+    assert r["layernorm"] == 3 * 25 * 2 * 768                      # per-task copies of bert-base's 25 LayerNorms
+
+
+def test_dry_run_pal_counts_are_unchanged_by_gelu_and_heads(tmp_path):
+    "--peft pal: GELU and the head count add no parameters, so the peft count is the formula's (12 heads or the reference's 6)"
+    n = 3 * (2 * 384 * 204 + 204 + 384) + 3 * 6 * 3 * (204 * 204 + 204)
+    for heads in ([], ["--pal_heads", "12"]):
+        r = dry_run(config_from_args(["--dry_run", "--peft", "pal", "--mode", "pretrain", "--out", str(tmp_path)] + heads))
+        assert (r["peft"], r["layernorm"]) == (n, 0)
 
 
 def test_pretrain_with_a_parameter_free_sts_head(tmp_path, small_data):
