@@ -91,10 +91,10 @@ def base_loss(task:str, out, labels:torch.Tensor|None, contrastive_weight:float=
 
 # %% ../nbs/08b_step.ipynb #38867e7a
 class GradTransform:
-    "How a step's task losses become `.grad`: `add(task, loss)` after each forward, `end_step()` after the step's last task"
+    "How a step's task losses become `.grad`: `add(task, loss)` after each forward, `end_step()` once per optimizer step, after the window's last task"
     name = "sum"
     def add(self, task:str, loss:torch.Tensor): raise NotImplementedError
-    def end_step(self) -> dict|None: "Finish the step; returns the task gradients on the shared parameters if it kept them"
+    def end_step(self) -> dict|None: "Finish the optimizer step's window; returns the task gradients on the shared parameters if it kept them"
     def state_dict(self) -> dict: return {}
     def load_state_dict(self, sd:dict): pass
 
@@ -105,7 +105,7 @@ class SumGrads(GradTransform):
         if loss.requires_grad: loss.backward()
 
 class PCGradGrads(GradTransform):
-    "PCGrad over the tasks of each step (`13_pcgrad.PCGrad`); its random visiting order comes from its own seeded generator"
+    "PCGrad once per optimizer step, on the task gradients summed over its window (`13_pcgrad.PCGrad`); the random order comes from its own seeded generator"
     name = "pcgrad"
     def __init__(self, model:nn.Module, tasks, seed:int=0, surgery:bool=True):
         self.generator = torch.Generator().manual_seed(seed)
@@ -203,7 +203,7 @@ class TrainStep:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.task_weights, self.contrastive_weight, self.mnrl_scale = task_weights or {}, contrastive_weight, mnrl_scale
         self.needs_rng = any(t.needs_rng for t in self.terms)
-        self.task_grads = None                   # the last step's task gradients, when the transform kept them
+        self.task_grads = None                   # the last window's task gradients, when the transform kept them (None mid-window)
 
     def loss(self, task:str, batch:dict) -> torch.Tensor:
         "Forward on the device batch, then the task's loss plus every loss term, times the task's weight"
@@ -216,8 +216,8 @@ class TrainStep:
             if extra is not None: loss = loss + extra
         return loss * self.task_weights.get(task, 1.0)
 
-    def forward_backward(self, batches:list, where:dict|None=None):
-        "Forward, loss terms and backward for each `(task, host batch)` of one step; the transform finishes the step"
+    def forward_backward(self, batches:list, where:dict|None=None, update:bool=True):
+        "Forward, loss terms and backward for each `(task, host batch)` of one step; with `update` (a window's end) the transform finishes the window"
         self.stats.start_step(where or {})
         for task, hb in batches:
             batch = to_device(hb, self.device)
@@ -228,7 +228,7 @@ class TrainStep:
             self.stats.add_loss(loss, task, hb["ids"])
             loss = loss / self.grad_accum if self.grad_accum > 1 else loss
             self.transform.add(task, loss)               # backward at once: this task's activations are freed
-        self.task_grads = self.transform.end_step()
+        self.task_grads = self.transform.end_step() if update else None   # once per optimizer step: PCGrad on the window's sums
         self.stats.end_step()
 
     def update(self):
@@ -242,7 +242,7 @@ class TrainStep:
 
     def step(self, batches:list, where:dict|None=None, update:bool=True, stop_requested:bool=False) -> bool:
         "The whole step: `forward_backward`, then (at a window's end) a read of the device with `sync_every=1`, and `update`"
-        self.forward_backward(batches, where)
+        self.forward_backward(batches, where, update)
         stop = stop_requested
         if update:
             if self.stats.sync_every == 1: stop = self.stats.sync(stop_requested)   # a bad loss stops before the optimizer step

@@ -13,14 +13,16 @@ def _t(*xs): return torch.tensor(xs, dtype=torch.float64)
 
 def _algorithm_1(grads, orders):
     "Algorithm 1 written out on Python floats: g_i^PC tested and projected against the original g_j, j != i, in `orders[i]`"
-    G = [[float(x) for x in g] for g in grads]
+    G = [[float(x) for x in (g.tolist() if isinstance(g, torch.Tensor) else g)] for g in grads]
     dot = lambda a, b: sum(x * y for x, y in zip(a, b))
     out = []
     for i, gi in enumerate(G):
         pc = list(gi)
         for j in orders[i]:
             d = dot(pc, G[j])
-            if d < 0: pc = [p - d / dot(G[j], G[j]) * q for p, q in zip(pc, G[j])]
+            if d < 0:
+                c = d / dot(G[j], G[j])                                           # once per projection, not per entry
+                pc = [p - c * q for p, q in zip(pc, G[j])]
         out.append(pc)
     return [sum(col) for col in zip(*out)]
 
@@ -160,13 +162,13 @@ def test_split_params():
     sh, own = split_params(m)
     assert set(own["para"]) == {"heads.para.net.1.weight", "heads.para.net.1.bias"} and all(n.startswith("bert.") for n in sh)
     assert len(sh) + sum(map(len, own.values())) == len(list(m.parameters()))
-    m = MultitaskBert(ModelConfig(peft="pal,prefix,adapter,lora", pal_size=8, adapter_size=4, lora_r=2, prefix_len=2,
+    m = MultitaskBert(ModelConfig(peft="pal,prefix,adapter,lora", pal_size=12, adapter_size=4, lora_r=2, prefix_len=2,
                                   prefix_mlp=True, mode="pretrain"), bert=BertModel(tiny_config()))
     sh, own = split_params(m)
-    assert sh and all("lora_" in n or "LayerNorm" in n for n in sh)
+    assert sh and all("lora_" in n for n in sh)          # per-task LayerNorms (adapters' default) belong to their task
     for t in LOSS:
         names = set(own[t])
-        for key in ("adapter_by_task", "pal_attention", "pal_encoder", "pal_decoder", "prefix_embedding", "prefix_mlp", "heads"):
+        for key in ("adapter_by_task", "layernorm_by_task", "pal_attention", "pal_encoder", "pal_decoder", "prefix_embedding", "prefix_mlp", "heads"):
             assert any(key in n for n in names), (t, key)
         assert all(t in n.split(".") for n in names)
     assert [id(p) for p in shared_params(m)] == [id(p) for p in sh.values()]
@@ -268,3 +270,132 @@ def test_grad_conflict_log(tmp_path):
     log.plot(tmp_path / "grad_conflicts.png")
     assert (tmp_path / "grad_conflicts.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert GradConflictLog().summary() == {}
+
+# ---- gradient accumulation: one surgery per optimizer step, on the window's accumulated task gradients ------------------
+from minbert_nb.step import TrainStep, PCGradGrads, SumGrads, base_loss
+
+ACCUM_B = 8                                            # rows per task batch; halves of 4 (seeds chosen so the tasks conflict)
+ACCUM_BATCHES = {t: fake_batch(t, B=ACCUM_B, seed=i) for i, t in enumerate(LOSS)}
+
+def _rows(b, sl):
+    "Rows `sl` of a fake batch: every tensor and list cut along the batch dimension"
+    if isinstance(b, dict): return {k: _rows(v, sl) for k, v in b.items()}
+    return b[sl] if isinstance(b, (torch.Tensor, list)) else b
+
+def _orders(n, g):
+    "PCGrad's documented draw, written out: for each task i in turn, the other tasks permuted by one randperm(n - 1)"
+    return [[[j for j in range(n) if j != i][k] for k in torch.randperm(n - 1, generator=g).tolist()] for i in range(n)]
+
+class _Record:
+    "A stand-in optimizer for `TrainStep`: keeps the `.grad` of every parameter at each `step()` and changes no weight"
+    def __init__(self, m): self.m, self.seen = m, []
+    def step(self): self.seen.append({n: None if p.grad is None else p.grad.detach().clone() for n, p in self.m.named_parameters()})
+    def zero_grad(self, set_to_none=True): self.m.zero_grad(set_to_none=True)
+
+def _accum_model():
+    set_seed(0)
+    return MultitaskBert(ModelConfig(), bert=BertModel(tiny_config())).eval()   # eval: no dropout, the same function every call
+
+def _reference(tasks, seed):
+    """The whole-batch update by plain autograd and the test's own Algorithm 1: each task's gradient of its whole-batch loss;
+    on the shared parameters (all but `heads.`, the model has no PEFT) Algorithm 1 with the first order drawn from a generator
+    seeded like PCGradGrads's; each head its own task's gradient. Returns ({name: grad or None}, {task: flat shared grad})"""
+    m = _accum_model()
+    per = {}
+    for t in tasks:
+        m.zero_grad(set_to_none=True)
+        b = ACCUM_BATCHES[t]; base_loss(t, m(b), b["labels"]).backward()
+        per[t] = {n: None if p.grad is None else p.grad.detach().double().clone() for n, p in m.named_parameters()}
+    shapes = {n: p.shape for n, p in m.named_parameters()}
+    shared = [n for n in shapes if not n.startswith("heads.")]
+    flat = {t: torch.cat([(per[t][n] if per[t][n] is not None else torch.zeros(shapes[n], dtype=torch.float64)).reshape(-1)
+                          for n in shared]) for t in tasks}
+    G = [flat[t] for t in tasks]
+    assert min(G[i] @ G[j] for i in range(len(G)) for j in range(i + 1, len(G))) < 0     # a conflict: the surgery acts
+    pc = torch.tensor(_algorithm_1(G, _orders(len(G), torch.Generator().manual_seed(seed))), dtype=torch.float64)
+    want, k = {}, 0
+    for n in shapes:
+        reached = [per[t][n] for t in tasks if per[t][n] is not None]
+        if n in shared:
+            piece = pc[k:k + shapes[n].numel()].view(shapes[n]); k += shapes[n].numel()
+            want[n] = piece if reached else None
+        else: want[n] = sum(reached) if reached else None                              # a head: only its task reaches it
+    return want, flat
+
+def _train_step(transform, accum, tasks, seed):
+    "One optimizer step of `TrainStep` on the task batches: whole (accum=1) or in `accum` equal slices, updating after the last"
+    m = _accum_model()
+    rec = _Record(m)
+    st = TrainStep(m, m, rec, transform=transform(m, seed), grad_accum=accum)
+    n = ACCUM_B // accum
+    task_grads = []
+    for k in range(accum):
+        st.step([(t, _rows(ACCUM_BATCHES[t], slice(k * n, (k + 1) * n))) for t in tasks], update=k == accum - 1)
+        task_grads.append(st.task_grads)
+    assert len(rec.seen) == 1
+    return rec.seen[0], task_grads
+
+def _max_diff(got, want):
+    assert got.keys() == want.keys()
+    for n in want: assert (got[n] is None) == (want[n] is None), n
+    return max((got[n].double() - want[n]).abs().max().item() for n in want if want[n] is not None)
+
+PC = lambda m, seed: PCGradGrads(m, m.cfg.tasks, seed=seed)
+
+@pytest.mark.parametrize("tasks", [("para", "sts"), ("sst", "para", "sts")])
+def test_grad_accum_2_on_halves_equals_grad_accum_1_on_the_whole_batch(tasks):
+    "PCGrad with --grad_accum 2 on the two halves of each task's batch: the same update as one step on the whole batch"
+    for seed in (0, 1):
+        want, flat = _reference(tasks, seed)
+        scale = max(v.abs().max().item() for v in want.values() if v is not None)
+        whole, tg1 = _train_step(PC, 1, tasks, seed)
+        assert _max_diff(whole, want) < 1e-6 * scale                                  # the reference is PCGrad on one step
+        halves, tg2 = _train_step(PC, 2, tasks, seed)
+        assert _max_diff(halves, want) < 1e-6 * scale, _max_diff(halves, want)       # one surgery, on the accumulated gradients
+        assert tg2[0] is None and list(tg2[1]) == list(tasks)                         # task gradients: once per optimizer step,
+        for t in tasks: assert torch.allclose(tg2[1][t].double(), flat[t], atol=1e-6 * scale)   # those of the whole window
+
+def test_grad_accum_leaves_plain_summed_training_unchanged():
+    "SumGrads: --grad_accum 2 on the halves is the gradient of the whole batch's summed loss, as before"
+    tasks = tuple(LOSS)
+    halves, tg = _train_step(lambda m, s: SumGrads(), 2, tasks, 0)
+    assert tg == [None, None]
+    m = _accum_model()
+    sum(base_loss(t, m(ACCUM_BATCHES[t]), ACCUM_BATCHES[t]["labels"]) for t in tasks).backward()
+    want = {n: None if p.grad is None else p.grad.double() for n, p in m.named_parameters()}
+    scale = max(v.abs().max().item() for v in want.values() if v is not None)
+    assert _max_diff(halves, want) < 1e-6 * scale
+
+# ---- in a real (tiny) run: surgery once per optimizer step, and a stop asked for mid-window resumes exactly -----------------
+def _train_args(out, data, *extra):
+    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "1", "--steps_per_epoch", "4",
+            "--batch_size", "4", "--train_limit", "32", "--dev_limit", "16", "--eval_batch_size", "16", "--checkpoint_every", "0",
+            "--hidden_dropout", "0.1", "--predict_test", "false", "--sst_phrases", "false",
+            "--pcgrad", "true", "--sampler", "simultaneous", "--grad_accum", "2", *extra]
+
+def test_pcgrad_grad_accum_run_does_one_surgery_per_update_and_resumes_mid_window(tmp_path, small_data, monkeypatch):
+    import os, signal
+    import minbert_nb.step as S
+    from minbert_nb.train import train, config_from_args
+    from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
+    ends, real_end = [], S.PCGradGrads.end_step
+    def end_step(self):
+        g = real_end(self); ends.append(list(g)); return g
+    monkeypatch.setattr(S.PCGradGrads, "end_step", end_step)
+    train(config_from_args(_train_args(tmp_path / "full", small_data)), progress=False)
+    full = load_checkpoint(tmp_path / "full" / "last.pt")
+    assert full["progress"]["step"] == 2 and ends == [["sst", "para", "sts"]] * 2   # 4 micro-steps, 2 updates, 2 surgeries
+    calls, real_loss = {"n": 0}, S.base_loss                   # Ctrl-C at the first task loss: the middle of the first window
+    def loss(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 1: os.kill(os.getpid(), signal.SIGINT)
+        return real_loss(*a, **k)
+    monkeypatch.setattr(S, "base_loss", loss)
+    with pytest.raises(TrainingInterrupted, match="step 2/4"): train(config_from_args(_train_args(tmp_path / "cut", small_data)), progress=False)
+    monkeypatch.setattr(S, "base_loss", real_loss)
+    cut = load_checkpoint(tmp_path / "cut" / "last.pt")
+    assert cut["progress"]["i"] == 2 and cut["progress"]["step"] == 1                 # saved at the window's end, not inside it
+    train(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
+    a, b = full["model"], load_checkpoint(tmp_path / "cut" / "last.pt")["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert len(ends) == 2 + 1 + 1
