@@ -39,15 +39,16 @@ def smart_divergence(task:str, p:torch.Tensor, q:torch.Tensor) -> torch.Tensor:
 
 # %% ../nbs/12_smart.ipynb #2622bb45
 class EmbeddingPerturbation:
-    "Forward hook on `module` adding `delta` to its output; `delta` starts as N(0, σ²) noise from `generator`, shaped at the first call"
-    def __init__(self, module:nn.Module, sigma:float, eps:float, generator:torch.Generator|None=None):
+    "Forward hook on `module` adding `delta` to its output; `delta` starts as N(0, σ²) noise from `generator` (clamped to the ball), shaped at the first call"
+    def __init__(self, module:nn.Module, sigma:float, eps:float, generator:torch.Generator|None=None, requires_grad:bool=True):
         self.sigma, self.eps, self.generator, self.delta = sigma, eps, generator, None
+        self.requires_grad = requires_grad            # False: delta is a constant (no ascent step will be taken)
         self.handle = module.register_forward_hook(self)
 
     def __call__(self, module, inputs, out):
         if self.delta is None:
             noise = torch.randn(out.shape, generator=self.generator, dtype=torch.float32).to(out.device) * self.sigma
-            self.delta = noise.clamp(-self.eps, self.eps).requires_grad_()
+            self.delta = noise.clamp(-self.eps, self.eps).requires_grad_(self.requires_grad)
         if self.delta.shape != out.shape:
             raise RuntimeError(f"EmbeddingPerturbation: the embeddings gave shape {tuple(out.shape)}, the perturbation has "
                                f"{tuple(self.delta.shape)}; the perturbed forwards must see the clean forward's batch.")
@@ -56,14 +57,19 @@ class EmbeddingPerturbation:
     def ascend(self, loss:torch.Tensor, step:float):
         "One normalised ascent step on `loss` (per-token ∞-norm), projected onto the ∞-ball of radius eps"
         g, = torch.autograd.grad(loss, self.delta)
-        g = g / g.abs().amax(-1, keepdim=True).clamp_min(1e-12)
-        self.delta = (self.delta.detach() + step * g).clamp(-self.eps, self.eps).requires_grad_()
+        g = g / g.abs().amax(-1, keepdim=True).clamp_min(torch.finfo(g.dtype).tiny)   # a token with no gradient stays put
+        self.delta = (self.delta.detach() + step * g).clamp(-self.eps, self.eps).requires_grad_(self.requires_grad)
+
+    def freeze(self):
+        "From here on `delta` is a constant: later forwards differentiate the weights only"
+        self.requires_grad = False
+        if self.delta is not None: self.delta = self.delta.detach()
 
     def remove(self): self.handle.remove()
 
 # %% ../nbs/12_smart.ipynb #f0beccd1
 class SmartTerm(LossTerm):
-    "λ_s · ℓ_s(f(x + δ), f(x)) with δ from `iters` projected ascent steps of size `step` in the ∞-ball of radius `eps`"
+    "λ_s · ℓ_s(f(x + δ), f(x)) with δ from `iters` projected ascent steps of size `step` in the ∞-ball of radius `eps`; its forwards run in float32"
     name, needs_rng = "smart", True
     def __init__(self, weight:float=1.0, eps:float=0.02, step:float=0.02, iters:int=1, noise:float=1e-5, seed:int=0):
         if eps <= 0 or step <= 0 or iters < 0 or noise < 0:
@@ -74,14 +80,15 @@ class SmartTerm(LossTerm):
 
     def __call__(self, model, batch, out, ctx:StepContext):
         if out.pred is None: return None
-        task, clean = batch["task"], out.pred.float()
-        pert = EmbeddingPerturbation(model.bert.embeddings, self.noise, self.eps, self.generator)
+        task = batch["task"]
+        def f():                                  # float32 whatever the step's autocast, with the step's random draws
+            with ctx.replay(), torch.autocast(ctx.device.type, enabled=False): return model(batch).pred.float()
+        clean = out.pred.float() if ctx.amp_dtype is None else f()        # under autocast: f(x) again, in float32
+        pert = EmbeddingPerturbation(model.bert.embeddings, self.noise, self.eps, self.generator, requires_grad=self.iters > 0)
         try:
-            for _ in range(self.iters):
-                with ctx.replay(), ctx.autocast(): adv = model(batch).pred
-                pert.ascend(smart_divergence(task, adv, clean.detach()), self.step)
-            pert.delta = pert.delta.detach() if pert.delta is not None else None
-            with ctx.replay(), ctx.autocast(): adv = model(batch).pred
+            for _ in range(self.iters): pert.ascend(smart_divergence(task, f(), clean.detach()), self.step)
+            pert.freeze()
+            adv = f()
         finally: pert.remove()
         self.last_delta = pert.delta
         return self.weight * smart_divergence(task, adv, clean)
