@@ -14,7 +14,7 @@ TORCH_INDEX   ?= $(CPU_INDEX)
 export MPLBACKEND ?= Agg
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: install dev demo train test test-nodata nbs docs readme clean
+.PHONY: install dev demo train test test-nodata nbs docs readme clean gpu-check gpu-pack
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,17 @@ test: $(VENV)/.dev
 test-nodata: $(VENV)/.dev
 	d=$$(mktemp -d) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MINBERT_NODATA_PASS=1 MINBERT_DATA=$$d $(BIN)/python -m pytest tests nbs --nbval-lax \
 	  --nbval-current-env -p no:cacheprovider -q; rc=$$?; rm -rf $$d; exit $$rc
+
+# Every CUDA path once (minbert_bench --gpu_check: quick in bf16, eval, predict, the Predictor, resume, each PEFT module, SMART, PCGrad,
+# compile, a one-process NCCL torchrun, the fused AdamW, the benchmark with MFU): one report, gpu-check.json, and a
+# non-zero exit status if a path fails. Minutes on one GPU; elsewhere the same paths on a tiny budget. ARGS adds flags.
+gpu-check: $(VENV)/.runtime
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/minbert_bench --gpu_check --json gpu-check.json $(ARGS)
+
+# For a GPU machine without network: the embedded backbone (fp16, xz), the data and the wheels it lacks, into gpu-pack/
+# (ignored; 45 MB). There, `python3 tools/pack_gpu.py run` unpacks them and runs the GPU check.
+gpu-pack: $(VENV)/.runtime
+	$(BIN)/python tools/pack_gpu.py pack
 
 # Re-run every notebook in place, skipping `#| notest` / `#| gpu` cells (stores outputs for the docs); export; clean.
 nbs: $(VENV)/.dev

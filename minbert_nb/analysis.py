@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 from .core import stamp_figure, default_device
-from .data import DataError, load_split, find_data_dir
+from .data import DataError, load_split, find_data_dir, plain_or_gz
 from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson
 from .pretrained import load_tokenizer
 
@@ -174,7 +174,7 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
     else: skipped["curves"] = "no history.csv"
     for t in ("sst", "cfimdb", "para", "sts"):
         name = "sts_scatter" if t == "sts" else f"confusion_{t}"
-        if not prediction_path(run, t, "dev").is_file(): skipped[name] = f"no {prediction_path(run, t, 'dev').name}"; continue
+        if not plain_or_gz(prediction_path(run, t, "dev")).is_file(): skipped[name] = f"no {prediction_path(run, t, 'dev').name}"; continue
         try: df = dev_frame(run, t, data_dir)
         except (DataError, FileNotFoundError, ValueError) as e: skipped[name] = f"dev labels: {str(e).splitlines()[0]}"; continue
         written.append(save_figure(plot_sts(df) if t == "sts" else plot_confusion(df, t), run, name))

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from .core import *
 
 # %% auto #0
-__all__ = ['extended_attention_mask', 'to_mask_dtype', 'unpad_rows', 'pad_rows', 'BertSelfAttention', 'BertSelfOutput',
-           'BertAttention']
+__all__ = ['extended_attention_mask', 'to_mask_dtype', 'unpad_rows', 'pad_rows', 'BertSelfAttention', 'configure_sdpa',
+           'BertSelfOutput', 'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -113,6 +113,14 @@ class BertSelfAttention(nn.Module):
         y = y.transpose(1, 2).reshape(B, T, C)                           # (B, T, C): heads merged
         if packed is not None: y = unpad_rows(y, packed[0])              # (N, C): the real tokens again
         return y, (probs if output_attentions else None)
+
+# %% ../nbs/01_attention.ipynb #5bb4a122
+def configure_sdpa(device, cudnn:bool=False) -> dict:
+    "On CUDA, let SDPA choose among flash, memory-efficient and math kernels, and cuDNN's only if `cudnn`; the backends enabled ({} off CUDA)"
+    if torch.device(device).type != "cuda": return {}
+    b = torch.backends.cuda
+    if hasattr(b, "enable_cudnn_sdp"): b.enable_cudnn_sdp(cudnn)
+    return {k: bool(getattr(b, f"{k}_sdp_enabled", lambda: False)()) for k in ("flash", "mem_efficient", "cudnn", "math")}
 
 # %% ../nbs/01_attention.ipynb #0bc7a729
 class BertSelfOutput(nn.Module):

@@ -6,7 +6,8 @@ Docs: https://minbert-nb.github.io/minbert_nb/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #2272318a
 from __future__ import annotations
-import csv, hashlib, http.client, io, math, os, re, tempfile, urllib.error, urllib.request, warnings
+import contextlib, csv, gc, gzip, hashlib, http.client, io, json, math, os, re, tempfile, time, urllib.error, urllib.request, warnings
+from itertools import chain
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,12 +19,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from .core import *
 
 # %% auto #0
-__all__ = ['TASKS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES', 'UNPINNED_CHECKS',
-           'TaskSpec', 'get_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample',
-           'read_task_file', 'data_files', 'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick',
-           'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader', 'padding_fraction', 'DownloadError',
-           'sha256_file', 'download_file', 'check_unpinned', 'verify_cs224n', 'fetch_cs224n', 'needed_files',
-           'missing_files', 'ensure_data', 'minbert_data']
+__all__ = ['TASKS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CACHE_FORMAT', 'CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES',
+           'UNPINNED_CHECKS', 'TaskSpec', 'get_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data',
+           'data_or_sample', 'read_task_file', 'data_files', 'load_split', 'labelled_rows', 'read_generic',
+           'sick_to_sts', 'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader',
+           'padding_fraction', 'cache_folder', 'tokenizer_fingerprint', 'dataset_arrays', 'dataset_from_arrays',
+           'DataCache', 'plain_or_gz', 'read_bytes', 'DownloadError', 'sha256_file', 'download_file', 'check_unpinned',
+           'verify_cs224n', 'fetch_cs224n', 'needed_files', 'missing_files', 'ensure_data', 'minbert_data']
 
 # %% ../nbs/04_data.ipynb #3648376d
 @dataclass(frozen=True)
@@ -394,15 +396,15 @@ class TaskDataset(Dataset):
 # %% ../nbs/04_data.ipynb #ff48074a
 IGNORE_INDEX = -100   # label of a row without one in a class-task batch (F.cross_entropy's default ignore_index)
 
-def _pad(seqs:list, pad_id:int) -> dict:
-    "Pad `(input_ids, token_type_ids)` pairs to the longest: dict of (B, T) LongTensors"
-    T = max(len(ids) for ids, _ in seqs)
+def _pad(seqs:list, pad_id:int, multiple:int=1) -> dict:
+    "Pad `(input_ids, token_type_ids)` pairs to the longest, rounded up to a multiple of `multiple`: dict of (B, T) LongTensors"
+    T = -(-max(len(ids) for ids, _ in seqs) // multiple) * multiple
     return dict(input_ids=torch.tensor([list(ids) + [pad_id] * (T - len(ids)) for ids, _ in seqs], dtype=torch.long),
                 attention_mask=torch.tensor([[1] * len(ids) + [0] * (T - len(ids)) for ids, _ in seqs], dtype=torch.long),
                 token_type_ids=torch.tensor([list(tt) + [0] * (T - len(tt)) for _, tt in seqs], dtype=torch.long))
 
-def collate(items:list, task, pad_id:int=0) -> dict:
-    "Batch `TaskDataset` items of `task`: dynamic padding, labels (or `None`), `label_mask`, token counts"
+def collate(items:list, task, pad_id:int=0, pad_multiple:int=1) -> dict:
+    "Batch `TaskDataset` items of `task`: dynamic padding (to a multiple of `pad_multiple`), labels (or `None`), `label_mask`, token counts"
     if not items: raise ValueError("collate: empty batch.")
     spec = get_task(task)
     batch = dict(task=spec.name, ids=[it["id"] for it in items])
@@ -411,10 +413,10 @@ def collate(items:list, task, pad_id:int=0) -> dict:
     elif spec.label_dtype == "int": batch["labels"] = torch.tensor([IGNORE_INDEX if l is None else int(l) for l in ls], dtype=torch.long)
     else: batch["labels"] = torch.tensor([math.nan if l is None else float(l) for l in ls], dtype=torch.float32)
     if batch["labels"] is not None: batch["label_mask"] = torch.tensor([l is not None for l in ls])
-    batch["a"] = _pad([it["a"] for it in items], pad_id)
-    if "b" in items[0]: batch["b"] = _pad([it["b"] for it in items], pad_id)
+    batch["a"] = _pad([it["a"] for it in items], pad_id, pad_multiple)
+    if "b" in items[0]: batch["b"] = _pad([it["b"] for it in items], pad_id, pad_multiple)
     for k in ("a_swap", "x", "x_swap"):
-        if k in items[0]: batch[k] = _pad([it[k] for it in items], pad_id)
+        if k in items[0]: batch[k] = _pad([it[k] for it in items], pad_id, pad_multiple)
     masks = [batch[k]["attention_mask"] for k in ("a", "b", "x") if k in batch]   # what a training step feeds BERT
     batch["n_tokens"] = int(sum(m.sum() for m in masks))
     batch["n_pad"] = int(sum(m.numel() for m in masks)) - batch["n_tokens"]
@@ -480,14 +482,14 @@ class BucketBatchSampler(Sampler):
 
 # %% ../nbs/04_data.ipynb #5a620648
 def make_loader(ds:TaskDataset, batch_size:int, shuffle:bool=False, bucket:bool=False, seed:int=0, drop_last:bool=False,
-                num_workers:int=0, pin_memory:bool=False, num_replicas:int=1, rank:int=0) -> DataLoader:
-    "A `DataLoader` over `ds` with dynamic padding (`collate`), optional shuffling and length bucketing"
+                num_workers:int=0, pin_memory:bool=False, num_replicas:int=1, rank:int=0, pad_multiple:int=1) -> DataLoader:
+    "A `DataLoader` over `ds` with dynamic padding (`collate`, to a multiple of `pad_multiple`), optional shuffling and length bucketing"
     sampler = BucketBatchSampler(ds.lengths, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                                  bucket_size_multiplier=(50 if bucket is True else int(bucket)) if bucket else None,
                                  num_replicas=num_replicas, rank=rank, pool=getattr(ds, "pool", None) if shuffle else None)
     # Its own generator: creating an iterator draws a seed from the loader's generator, which would otherwise be PyTorch's
     # global one, so each new pass would shift the dropout stream and a resumed run would not repeat the original.
-    return DataLoader(ds, batch_sampler=sampler, collate_fn=partial(collate, task=ds.task.name, pad_id=ds.pad_id),
+    return DataLoader(ds, batch_sampler=sampler, collate_fn=partial(collate, task=ds.task.name, pad_id=ds.pad_id, pad_multiple=pad_multiple),
                       num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator().manual_seed(seed))
 
 def padding_fraction(loader) -> float:
@@ -495,6 +497,177 @@ def padding_fraction(loader) -> float:
     tokens = pad = 0
     for b in loader: tokens, pad = tokens + b["n_tokens"], pad + b["n_pad"]
     return pad / max(tokens + pad, 1)
+
+# %% ../nbs/04_data.ipynb #49ab81cd
+def cache_folder(folder=None) -> Path:
+    "The data cache's folder: `folder`, else `$MINBERT_CACHE`, else `$XDG_CACHE_HOME/minbert_nb` (default `~/.cache/minbert_nb`)"
+    folder = folder or os.environ.get("MINBERT_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home()/".cache")/"minbert_nb"
+    return Path(folder).expanduser()
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    "SHA-256 of what decides `tokenizer`'s ids: its class, vocabulary, normaliser, special tokens (not its current truncation setting)"
+    h = hashlib.sha256(f"{type(tokenizer).__name__} pad={tokenizer.pad_token_id}".encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:   # the fast tokenizer's parts, each serialised (its truncation and padding are set by every call: left out)
+        for k in ("model", "normalizer", "pre_tokenizer", "post_processor", "decoder"):
+            part = getattr(backend, k, None)
+            h.update(b"|" + (b"-" if part is None else part.__getstate__()))
+        h.update(repr(sorted((k, str(v)) for k, v in getattr(tokenizer, "added_tokens_decoder", {}).items())).encode())
+    else: h.update(json.dumps(sorted(tokenizer.get_vocab().items())).encode())
+    return h.hexdigest()
+
+# %% ../nbs/04_data.ipynb #7174b3f9
+_SEQS = ("a", "b", "x", "a_swap", "x_swap")
+
+def dataset_arrays(ds:TaskDataset) -> tuple:
+    "`(arrays, meta)`: `ds` as flat numpy arrays (token ids, token types, row offsets, labels, lengths) and JSON-able facts"
+    arrays = dict(lengths=np.asarray(ds.lengths, dtype=np.int64),
+                  labels=np.array([np.nan if l is None else l for l in ds.labels], dtype=np.float64))
+    for k in _SEQS:
+        rows = getattr(ds, k)
+        if rows is None: continue
+        arrays[f"{k}.ids"] = np.fromiter(chain.from_iterable(r[0] for r in rows), dtype=np.int32)
+        arrays[f"{k}.types"] = np.fromiter(chain.from_iterable(r[1] for r in rows), dtype=np.int8)
+        arrays[f"{k}.offsets"] = np.cumsum([0] + [len(r[0]) for r in rows], dtype=np.int64)
+    meta = dict(task=ds.task.name, pair_mode=ds.pair_mode, max_length=ds.max_length, pad_id=ds.pad_id, ids=list(ds.ids),
+                attrs=ds.attrs, pool=getattr(ds, "pool", None), seqs=[k for k in _SEQS if getattr(ds, k) is not None])
+    return arrays, meta
+
+def dataset_from_arrays(arrays:dict, meta:dict) -> TaskDataset:
+    "The `TaskDataset` that `dataset_arrays` took apart, with the same Python lists"
+    ds = TaskDataset.__new__(TaskDataset)
+    ds.task = spec = get_task(meta["task"])
+    ds.pair_mode, ds.max_length, ds.pad_id, ds.attrs, ds.ids = meta["pair_mode"], meta["max_length"], meta["pad_id"], meta["attrs"], list(meta["ids"])
+    cast = int if spec.label_dtype == "int" else float
+    ds.labels = [None if math.isnan(v) else cast(v) for v in arrays["labels"].tolist()]
+    gc_on = gc.isenabled()
+    gc.disable()   # hundreds of thousands of new lists: the cycle collector would run over them again and again (4x slower)
+    try:
+        for k in _SEQS:
+            if k not in meta["seqs"]: setattr(ds, k, None); continue
+            ids, tt, off = (arrays[f"{k}.{f}"].tolist() for f in ("ids", "types", "offsets"))
+            setattr(ds, k, [(ids[s:e], tt[s:e]) for s, e in zip(off[:-1], off[1:])])
+    finally:
+        if gc_on: gc.enable()
+    ds.lengths = arrays["lengths"]
+    if meta.get("pool") is not None: ds.pool = tuple(meta["pool"])
+    return ds
+
+# %% ../nbs/04_data.ipynb #2ff39a94
+CACHE_FORMAT = 1   # bump when the layout of an entry changes: older entries then miss (and are pruned in time)
+
+def _pack(tree, arrays:dict):
+    if isinstance(tree, TaskDataset):
+        a, m = dataset_arrays(tree); n = sum(1 for k in arrays if k.endswith(".lengths"))
+        arrays.update({f"d{n}.{k}": v for k, v in a.items()}); return {"__dataset__": n, **m}
+    if isinstance(tree, dict): return {str(k): _pack(v, arrays) for k, v in tree.items()}
+    return tree
+
+def _unpack(tree, arrays):
+    if isinstance(tree, dict) and "__dataset__" in tree:
+        p = f"d{tree['__dataset__']}."
+        return dataset_from_arrays({k[len(p):]: v for k, v in arrays.items() if k.startswith(p)}, tree)
+    if isinstance(tree, dict): return {k: _unpack(v, arrays) for k, v in tree.items()}
+    return tree
+
+def _json_default(o):
+    if isinstance(o, np.integer): return int(o)
+    if isinstance(o, np.floating): return float(o)
+    if isinstance(o, (Path, np.ndarray)): return str(o) if isinstance(o, Path) else o.tolist()
+    return str(o)
+
+class DataCache:
+    "Tokenized datasets on disk, one file per key: a JSON header (inputs, payload size and SHA-256), then the arrays"
+    def __init__(self, folder=None, max_bytes:int|None=None):
+        self.folder = cache_folder(folder)
+        self.max_bytes = max_bytes if max_bytes is not None else int(float(os.environ.get("MINBERT_CACHE_MAX_GB") or 5) * 2**30)
+
+    @staticmethod
+    def key(inputs:dict) -> str:
+        "The key of `inputs` (a JSON-able dict of everything the data depends on)"
+        return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=_json_default).encode()).hexdigest()[:40]
+
+    def path(self, key:str) -> Path: return self.folder/f"data-{key}.npz.mb"
+
+    def save(self, key:str, tree:dict, inputs:dict|None=None) -> Path:
+        "Write `tree` under `key`, atomically"
+        arrays = {}
+        meta = json.dumps(_pack(tree, arrays), default=_json_default).encode()
+        buf = io.BytesIO(); np.savez(buf, __meta__=np.frombuffer(meta, dtype=np.uint8), **arrays)
+        body = buf.getvalue()
+        head = dict(format=CACHE_FORMAT, key=key, bytes=len(body), sha256=hashlib.sha256(body).hexdigest(),
+                    created=time.strftime("%Y-%m-%d %H:%M:%S"), inputs=inputs)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=self.folder)
+        try:
+            with os.fdopen(fd, "wb") as f: f.write(json.dumps(head, default=_json_default).encode() + b"\n" + body)
+            os.replace(tmp, self.path(key))
+        finally:
+            if os.path.exists(tmp): os.remove(tmp)
+        self.prune()
+        return self.path(key)
+
+    def _problem(self, key, head:bytes, body:bytes) -> str|None:
+        try: h = json.loads(head)
+        except ValueError: return "its header is not readable"
+        if h.get("format") != CACHE_FORMAT or h.get("key") != key: return f"it is not an entry of this version for this key (format {h.get('format')})"
+        if h.get("bytes") != len(body): return f"it holds {len(body):,} bytes of data where its header says {h.get('bytes'):,} (truncated or extended)"
+        if hashlib.sha256(body).hexdigest() != h.get("sha256"): return "its SHA-256 does not match its header (the file was changed)"
+
+    def load(self, key:str):
+        "The tree cached under `key`, or None; a damaged entry is removed with a warning (and never used)"
+        p = self.path(key)
+        try: raw = p.read_bytes()
+        except FileNotFoundError: return None
+        head, _, body = raw.partition(b"\n")
+        problem = self._problem(key, head, body)
+        if problem is None:
+            try:
+                z = np.load(io.BytesIO(body), allow_pickle=False)
+                arrays = {k: z[k] for k in z.files}
+                tree = _unpack(json.loads(arrays.pop("__meta__").tobytes()), arrays)
+            except Exception as e: problem = f"its data cannot be read ({type(e).__name__}: {e})"
+        if problem is not None:
+            warnings.warn(f"{p}: damaged data cache entry: {problem}. It was removed; the data is read from the files again "
+                          "(nothing to do, unless this repeats: then check the disk, or run with --cache false).")
+            p.unlink(missing_ok=True)
+            return None
+        os.utime(p)   # recently used: pruned last
+        return tree
+
+    def get(self, key:str, build:Callable, inputs:dict|None=None) -> tuple:
+        "`(tree, status)`: the entry of `key` ('hit'), else `build()`, saved under `key` ('built')"
+        tree = self.load(key)
+        if tree is not None: return tree, "hit"
+        tree = build()
+        try: self.save(key, tree, inputs)
+        except OSError as e: warnings.warn(f"{self.folder}: could not write the data cache ({e}); the run goes on without it. "
+                                           "Set MINBERT_CACHE to a writable folder, or run with --cache false.")
+        return tree, "built"
+
+    def prune(self):
+        "Remove the least recently used entries while the folder holds more than `max_bytes` (the newest always stays), and stale temporary files"
+        now = time.time()
+        for t in self.folder.glob(".tmp-*.part"):
+            with contextlib.suppress(OSError):
+                if now - t.stat().st_mtime > 3600: t.unlink()
+        entries = sorted(self.folder.glob("data-*.npz.mb"), key=lambda p: p.stat().st_mtime)
+        total = sum(p.stat().st_size for p in entries)
+        while len(entries) > 1 and total > self.max_bytes:
+            p = entries.pop(0); total -= p.stat().st_size; p.unlink(missing_ok=True)
+
+# %% ../nbs/04_data.ipynb #8c176d1e
+def plain_or_gz(path) -> Path:
+    "`path` when it exists, else `path.gz` when that exists (a compressed copy), else `path` (so that the caller's error names it)"
+    path = Path(path)
+    if path.exists() or path.suffix == ".gz": return path
+    gz = path.with_name(path.name + ".gz")
+    return gz if gz.exists() else path
+
+def read_bytes(path) -> bytes:
+    "The content of `path` (or of `path.gz`, see `plain_or_gz`), decompressed when the file is gzip"
+    raw = plain_or_gz(path).read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
 
 # %% ../nbs/04_data.ipynb #590203a9
 CS224N_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"

@@ -10,7 +10,7 @@ import argparse, json, sys
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .data import DataError, get_task, load_split
+from .data import DataError, get_task, load_split, plain_or_gz
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
                                  score_split, overall_score, pearson, accuracy)
 from .checkpoint import code_version
@@ -207,7 +207,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     results, skipped, abstained = {}, [], {}
     for split in splits:
         for t in ENSEMBLE_TASKS:
-            have = [prediction_path(r, t, split).is_file() for r in runs]
+            have = [plain_or_gz(prediction_path(r, t, split)).is_file() for r in runs]   # FILE.csv or FILE.csv.gz
             if not any(have): continue                        # no member has it (e.g. CFIMDB in multitask runs)
             sel, name = np.array(have), prediction_path(".", t, split).name
             if not all(have):

@@ -15,7 +15,7 @@ from scipy.stats import pearsonr
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
-from .data import get_task
+from .data import get_task, plain_or_gz, read_bytes
 
 # %% auto #0
 __all__ = ['TASK_METRIC', 'PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split',
@@ -107,9 +107,9 @@ def write_predictions(df:pd.DataFrame, task:str, path) -> Path:
 PRED_RANGES = {"sst": (0, 4, True), "cfimdb": (0, 1, True), "para": (0, 1, True), "sts": (0, 5, False)}  # low, high, whole?
 
 def read_predictions(path, task:str) -> pd.DataFrame:
-    "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`"
-    path = Path(path)
-    try: lines = path.read_bytes().decode("utf-8").splitlines()
+    "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`; `FILE.csv.gz` is read where `FILE.csv` is missing"
+    path = plain_or_gz(path)
+    try: lines = read_bytes(path).decode("utf-8").splitlines()
     except FileNotFoundError: raise FileNotFoundError(f"{path}: no such prediction file.") from None
     except UnicodeDecodeError as e: raise ValueError(f"{path}: byte {e.start} is not UTF-8; prediction files are UTF-8 text.") from None
     want = f"id \\t {PRED_HEADERS[task]}"
@@ -156,8 +156,8 @@ def write_raw(df:pd.DataFrame, task:str, path) -> Path:
     return atomic_write_text(path, df[["id", *cols]].to_csv(index=False, float_format="%.9g"))
 
 def read_raw(path, task:str) -> pd.DataFrame:
-    "Read and check a raw-output file: `id` and `raw_columns(task)` as floats"
-    path, cols = Path(path), raw_columns(task)
+    "Read and check a raw-output file: `id` and `raw_columns(task)` as floats (`FILE.csv.gz` where `FILE.csv` is missing)"
+    path, cols = plain_or_gz(path), raw_columns(task)
     if not path.is_file(): raise FileNotFoundError(f"{path}: no such raw-output file.")
     df = pd.read_csv(path, dtype=str, keep_default_na=False)
     if list(df.columns) != ["id", *cols]:

@@ -20,7 +20,7 @@ __all__ = ['ADAPTER_PREFIXES', 'SCHEDULES', 'AdamW', 'default_group', 'param_gro
 
 # %% ../nbs/03_optimizer.ipynb #cb7897cc
 class AdamW(Optimizer):
-    "AdamW with decoupled weight decay; `correct_bias=False` skips bias correction; `foreach` uses multi-tensor ops, `fused` one kernel"
+    "AdamW with decoupled weight decay; `correct_bias=False` skips bias correction; `fused` (the default) one kernel, `foreach` multi-tensor ops"
     def __init__(self, params:Iterable, lr:float=1e-3, betas:tuple=(0.9, 0.999), eps:float=1e-6,
                  weight_decay:float=0.0, correct_bias:bool=True, foreach:bool|None=None, fused:bool|None=None):
         if lr < 0: raise ValueError(f"Invalid learning rate: {lr} - should be >= 0.0")
@@ -45,11 +45,19 @@ class AdamW(Optimizer):
             with torch.enable_grad(): loss = closure()
         for group in self.param_groups:
             ps = [p for p in group["params"] if p.grad is not None]
+            if not ps: continue                                  # e.g. the heads of the tasks this step did not train
             if any(p.grad.is_sparse for p in ps): raise RuntimeError("AdamW does not support sparse gradients; use torch.optim.SparseAdam.")
-            if self._use_fused(group, ps): self._step_fused(group, ps); continue
-            foreach = group.get("foreach") if group.get("foreach") is not None else all(p.is_cuda for p in ps)
-            (self._step_foreach if foreach else self._step_single)(group, ps)
+            dict(fused=self._step_fused, foreach=self._step_foreach, single=self._step_single)[self._path(group, ps)](group, ps)
         return loss
+
+    def _path(self, group, ps) -> str:
+        if self._use_fused(group, ps): return "fused"
+        foreach = group.get("foreach") if group.get("foreach") is not None else all(p.is_cuda for p in ps)
+        return "foreach" if foreach else "single"
+
+    def path(self, group:dict) -> str:
+        "Which update `step` runs for `group`: 'fused' (one kernel), 'foreach' (multi-tensor ops) or 'single' (the readable loop)"
+        return self._path(group, list(group["params"]))
 
     def _bias_corrections(self, group, t):
         b1, b2 = group["betas"]
@@ -84,22 +92,38 @@ class AdamW(Optimizer):
         torch._foreach_div_(denom, [math.sqrt(bc2) for _, bc2 in bcs]); torch._foreach_add_(denom, eps)
         torch._foreach_addcdiv_(ps, ms, denom, [-lr / bc1 for bc1, _ in bcs])
     def _use_fused(self, group, ps) -> bool:
-        "Fused by default on CPU (where `foreach` gains nothing), when the kernel exists and the group allows it"
+        "Fused by default (on CPU and CUDA), when the kernel exists and the group allows it"
         fused = group.get("fused")
         ok = (bool(ps) and hasattr(torch, "_fused_adamw_") and group["correct_bias"] and len({(p.device, p.dtype) for p in ps}) == 1
               and ps[0].dtype in (torch.float32, torch.bfloat16, torch.float16) and ps[0].device.type in ("cpu", "cuda"))
         if fused and not ok: raise RuntimeError("AdamW(fused=True) needs correct_bias=True and every parameter of a group on one device "
                                                 "with one float dtype; use fused=False.")
-        return ok if fused else (fused is None and ok and ps[0].device.type == "cpu")
+        return ok if fused else (fused is None and ok)
+
+    def _device_steps(self, ps, states) -> list:
+        """Each parameter's step count as a tensor on its device, which the fused kernel reads. Kept between steps and
+        incremented there, so a step copies nothing from the host (on a GPU, such a copy would wait for the device); made
+        again from the integer `state['step']` when that moved without them (a loaded state dict)"""
+        cache = self.__dict__.setdefault("_step_t", {})
+        out = []
+        for p, s in zip(ps, states):
+            n, t = cache.get(id(p), (None, None))
+            if n != s["step"] or t is None or t.device != p.device: t = torch.tensor(float(s["step"]), device=p.device)
+            out.append(t)
+        torch._foreach_add_(out, 1.0)
+        for p, s, t in zip(ps, states, out): s["step"] += 1; cache[id(p)] = (s["step"], t)
+        return out
 
     def _step_fused(self, group, ps):
         "The same update in one fused kernel (PyTorch's `_fused_adamw_`): one pass over memory instead of six"
         lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
         states = [self._init_state(p) for p in ps]
-        for s in states: s["step"] += 1
-        steps = [torch.tensor(float(s["step"]), device=p.device) for s, p in zip(states, ps)]
+        steps = self._device_steps(ps, states)
         torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
                             lr=lr, beta1=b1, beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+
+    def __getstate__(self):   # the device step counters are a cache: not pickled, rebuilt from state['step']
+        d = super().__getstate__(); d.pop("_step_t", None); return d
 
 
 # %% ../nbs/03_optimizer.ipynb #ea4354c9

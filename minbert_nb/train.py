@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/train.html.md"""
 
 # %% ../nbs/09_train.ipynb #d29d81b6
 from __future__ import annotations
-import argparse, contextlib, dataclasses, json, math, os, sys, time, types, typing, warnings
+import argparse, builtins, contextlib, dataclasses, hashlib, inspect, json, math, os, sys, time, types, typing, warnings
 from dataclasses import dataclass, field, asdict, fields
 from pathlib import Path
 import numpy as np
@@ -16,8 +16,10 @@ from torch import nn
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 from .core import *
+from .attention import configure_sdpa
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
-from .data import TASKS, DataError, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir, ensure_data, TaskDataset, make_loader
+from .data import (TASKS, DataError, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir, ensure_data,
+                             TaskDataset, make_loader, DataCache, sha256_file, tokenizer_fingerprint)
 from .pairgraph import implied_pairs, pair_keys
 from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .multitask import ModelConfig, MultitaskBert
@@ -34,11 +36,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .checkpoint import atomic_save, atomic_write_text, load_checkpoint, rng_state, set_rng_state, code_version, GracefulStop, TrainingInterrupted, check_resume_compatible
 
 # %% auto #0
-__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig',
-           'saved_config', 'preset_config', 'read_extra', 'with_phrases', 'contrastive_pairs', 'build_data',
-           'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'write_json', 'plot_history',
-           'optimizer_updates', 'dist_env', 'train', 'predict', 'score_dev', 'load_run', 'config_from_args',
-           'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS', 'RUNTIME_FIELDS', 'parse_tasks',
+           'TrainConfig', 'saved_config', 'preset_config', 'read_extra', 'with_phrases', 'contrastive_pairs',
+           'data_inputs', 'build_data', 'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'write_json',
+           'plot_history', 'optimizer_updates', 'dist_env', 'pad_multiple_of', 'compile_forward', 'train', 'predict',
+           'score_dev', 'load_run', 'config_from_args', 'parse_train_args', 'dry_run', 'minbert_train', 'minbert_eval',
+           'minbert_predict']
 
 # %% ../nbs/09_train.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -104,6 +107,7 @@ class TrainConfig:
     quora_implied: str|None = None   # Quora also trains on the pairs its labels imply (04b_pairgraph): both, duplicates or non-duplicates
     skip_bad_rows: bool = False      # skip (and count) malformed data rows instead of stopping
     download: bool = True            # minbert_train: fetch missing CS224N files (checked) before training; false = stop with a message
+    cache: bool = True               # keep the tokenized data on disk ($MINBERT_CACHE, default ~/.cache/minbert_nb) and reuse it; false = read the files every run
     # --- task schedule (see 07_samplers)
     sampler: str = "round_robin"     # round_robin | proportional | sqrt | annealed | sequential | simultaneous
     steps_per_epoch: int|None = None # None = the sampler's natural epoch; seed 000 uses 2400
@@ -120,7 +124,11 @@ class TrainConfig:
     grad_clip: float|None = 1.0      # max global gradient norm; None = no clipping
     grad_accum: int = 1              # optimizer step every k batches
     amp: str = "auto"                # auto (bf16 on CUDA and on CPUs with native bf16, see 00_core; off elsewhere) | bf16 | off
-    compile: bool = False            # torch.compile the model (PyTorch 2; first steps are slow while it compiles)
+    compile: bool = False            # torch.compile the training forward: static shapes (pad_multiple 32, full batches), graphs counted in metrics.json
+    compile_backend: str = "inductor"  # torch.compile backend; aot_eager / eager trace without generating kernels (tests)
+    compile_mode: str|None = None    # inductor mode: None (default), reduce-overhead (CUDA graphs) or max-autotune
+    pad_multiple: int|None = None    # pad each batch's length up to a multiple of this; None = 1 on CPU (exact), 16 on CUDA, 32 with compile
+    sdpa_cudnn: bool = False         # CUDA: let attention use cuDNN's SDPA kernel (it builds an execution plan per new shape; 01_attention)
     # --- losses
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}
     mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (seed 002)
@@ -165,6 +173,9 @@ class TrainConfig:
         self.model_config()   # validates the model fields
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
+        if self.pad_multiple is not None and self.pad_multiple < 1: raise ValueError(f"pad_multiple={self.pad_multiple}: expected at least 1 (or null: automatic).")
+        if self.compile_mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+            raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")
         if not 0 < self.layer_decay <= 1: raise ValueError(f"layer_decay={self.layer_decay}: expected a value in (0, 1]; 1 turns it off, 0.8-0.95 is usual.")
         if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
@@ -367,13 +378,14 @@ def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
     df = df[~pd.Series(key).duplicated().to_numpy()].reset_index(drop=True)
     return df.assign(label=1.0)
 
-def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
-    "Tokenized datasets `{split: {task: TaskDataset}}`, the contrastive pairs (if asked) and the files they came from"
+def _phrases(cfg:TrainConfig) -> bool:
+    "Whether SST trains on the trees' phrases: `sst_phrases` true, or 'auto' and the data folder has the training trees"
+    return cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
+
+def _build_data(cfg:TrainConfig, tokenizer, splits, phrases:bool) -> dict:
+    "`build_data` without the cache: read, check, select and tokenize"
     mcfg, out, files, train_rows = cfg.model_config(), {}, {}, {}
-    phrases = cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
-    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases is not False:
-        files["sst_phrases"] = phrases
-        if not phrases: print(f"sst_phrases=auto: {find_data_dir(cfg.data_dir)/SST_TREES} not found; SST trains on its sentences alone")
+    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases is not False: files["sst_phrases"] = phrases
     for split in splits:
         out[split] = {}
         for t in cfg.tasks:
@@ -415,6 +427,65 @@ def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
         out["contrastive"] = TaskDataset(pos, "para", tokenizer, cfg.max_length, pair_mode="bi")
         files["contrastive_pairs"] = len(pos)
     out["files"] = files
+    return out
+
+def _data_code() -> str:
+    "SHA-256 of the code that reads, selects and tokenizes the data (a change of it invalidates the cached data)"
+    import minbert_nb, minbert_nb.data, minbert_nb.trees, minbert_nb.pairgraph, transformers, tokenizers
+    def src(o):
+        try: return inspect.getsource(o)
+        except (OSError, TypeError): return repr(o.__code__.co_code) + repr(o.__code__.co_consts)
+    parts = [src(m) for m in (minbert_nb.data, minbert_nb.trees, minbert_nb.pairgraph)]
+    parts += [src(f) for f in (_limit, read_extra, with_phrases, _quora_extra_2, _quora_implied, contrastive_pairs, _build_data)]
+    parts += [minbert_nb.__version__, transformers.__version__, tokenizers.__version__, np.__version__, pd.__version__]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+def data_inputs(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
+    "What `build_data`'s output depends on (the cache key): the files it reads with their SHA-256, the settings that shape the rows, the tokenizer, the code"
+    d, mcfg, phrases, train = find_data_dir(cfg.data_dir), cfg.model_config(), _phrases(cfg), "train" in splits
+    fs, tasks = data_files(d), cfg.tasks
+    paths = [fs[t][s] for s in splits for t in tasks]
+    if train and "sts" in tasks and cfg.sick: paths.append(d/"extra"/"sick2014"/"SICK_train.txt")
+    if train and "para" in tasks and cfg.quora_extra_2: paths.append(d/"extra"/"quora-extra-train-2.csv")
+    if train and "sst" in tasks and phrases: paths.append(sst_trees_path(cfg.data_dir))
+    if train: paths += [Path(e["path"]) for e in (cfg.extra_train or []) if e.get("task") in tasks and "path" in e]
+    if train and "para" in tasks and cfg.quora_implied: paths += [d/"extra"/"quora-extra-positives.csv", fs["para"]["dev"], fs["para"]["test"]]
+    contrastive = bool(cfg.contrastive_weight) and train
+    if contrastive and "quora-positives" in cfg.contrastive_sources.split(","): paths.append(d/"extra"/"quora-extra-positives.csv")
+    files = {str(Path(p).resolve()): sha256_file(p) if Path(p).is_file() else "missing" for p in paths if p is not None}
+    modes = {t: mcfg.mode_of(t) for t in tasks}
+    seeded = cfg.train_limit is not None or cfg.dev_limit is not None or bool(cfg.quora_implied)   # the seed picks rows only then
+    settings = dict(splits=list(splits), tasks=list(tasks), modes=modes, max_length=cfg.max_length,
+                    pair_swap=cfg.pair_swap and any(m in ("cross", "both") for m in modes.values()),
+                    train_limit=cfg.train_limit, dev_limit=cfg.dev_limit, seed=cfg.seed if seeded else None, skip_bad_rows=cfg.skip_bad_rows,
+                    sick=cfg.sick, quora_extra_2=cfg.quora_extra_2, quora_implied=cfg.quora_implied, extra_train=cfg.extra_train,
+                    sst_phrases=[cfg.sst_phrases is not False, phrases], phrase_min_tokens=cfg.phrase_min_tokens if phrases else None,
+                    phrases_per_epoch=cfg.phrases_per_epoch if phrases else None,
+                    contrastive_sources=cfg.contrastive_sources if contrastive else None)
+    return dict(files=files, settings=settings, tokenizer=tokenizer_fingerprint(tokenizer), code=_data_code())
+
+def _warning_class(name:str):
+    c = getattr(builtins, name, None)
+    return c if isinstance(c, type) and issubclass(c, Warning) else UserWarning
+
+def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
+    """Tokenized datasets `{split: {task: TaskDataset}}`, the contrastive pairs (if asked), the files they came from, and
+    `cache`: where they came from (with `cfg.cache`, the data cache under the key of `data_inputs`)"""
+    phrases = _phrases(cfg)
+    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases == "auto" and not phrases:
+        print(f"sst_phrases=auto: {find_data_dir(cfg.data_dir)/SST_TREES} not found; SST trains on its sentences alone")
+    def build():   # the warnings of reading the files are kept with the data, and said again when it comes from the cache
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = _build_data(cfg, tokenizer, splits, phrases)
+        return dict(out, warnings=[[w.category.__name__, str(w.message)] for w in caught])
+    if cfg.cache:
+        inputs, cache = data_inputs(cfg, tokenizer, splits), DataCache()
+        key = cache.key(inputs)
+        out, status = cache.get(key, build, inputs)
+        out["cache"] = dict(status=status, path=str(cache.path(key)))
+    else: out = dict(build(), cache=dict(status="off", path=None))
+    for cat, msg in out.pop("warnings", []): warnings.warn(msg, _warning_class(cat))
     return out
 
 
@@ -537,7 +608,7 @@ def _setup_distributed(cfg:TrainConfig):
     "Join torchrun's process group (NCCL on CUDA, gloo on CPU); returns `(rank, world, device)`"
     rank, local, world = dist_env()
     device = default_device(cfg.device)
-    if world > 1:
+    if world > 1 or "TORCHELASTIC_RUN_ID" in os.environ:   # under torchrun, also with one process: the same code path as with eight
         if device.type == "cuda": torch.cuda.set_device(local); device = torch.device("cuda", local)
         if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return rank, world, device
@@ -547,8 +618,33 @@ def _full_state(model, opt, lr_sched, iters, st:dict, cfg:TrainConfig, code:dict
     return dict(model=model.state_dict(), optimizer=opt.state_dict(), lr_scheduler=lr_sched.state_dict(), iterators=iters.state_dict(),
                 rng=rng_state(), progress=st, config=asdict(cfg), code=code)
 
-def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None) -> dict:
-    "Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`)"
+RUNTIME_FIELDS = ("cache", "sdpa_cudnn")   # how a run gets its inputs or picks its kernels, not what it computes: a resumed run may change them
+
+def pad_multiple_of(cfg:TrainConfig, device) -> int:
+    "The batch-length multiple of a run: `cfg.pad_multiple`, else 32 with `compile`, 16 on CUDA, 1 (plain dynamic padding) elsewhere"
+    return cfg.pad_multiple or (32 if cfg.compile else 16 if torch.device(device).type == "cuda" else 1)
+
+def _compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+def compile_forward(fwd, model, cfg:TrainConfig):
+    """`torch.compile` the training forward with static shapes. With `pad_multiple` lengths and full training batches, the
+    shapes come from a short list, so the graphs are few (counted in metrics.json) and each is specialised"""
+    import torch._dynamo.config as dc
+    for k in ("recompile_limit", "cache_size_limit"):   # one graph per (task kind, length): above dynamo's default of 8
+        if hasattr(dc, k): setattr(dc, k, max(getattr(dc, k), 64))
+    model.bert.unpad = False   # packing the real tokens gives every batch a data-dependent shape
+    return torch.compile(fwd, dynamic=False, backend=cfg.compile_backend, **({"mode": cfg.compile_mode} if cfg.compile_mode else {}))
+
+def _cache_note(c:dict) -> str:
+    return {"hit": "from the data cache", "built": "read and tokenized, now cached", "off": "read and tokenized; cache off"}[c["status"]] + (
+        f": {c['path']}" if c.get("path") else "")
+
+def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None, on_step=None) -> dict:
+    """Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`).
+    `on_step(info)`, if given, is called after every training step (`info`: epoch, i, of, step); a true result asks the run
+    to stop as Ctrl-C does (it saves a checkpoint and raises `TrainingInterrupted`)"""
     if cfg.phases:   # several phases chained in one run folder (14_phases)
         from minbert_nb.phases import train_phases
         return train_phases(cfg, progress=progress, resume=resume)
@@ -556,34 +652,45 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
     set_seed(cfg.seed)   # the same on every rank: identical heads, and resumable dropout streams
     rank, world, device = _setup_distributed(cfg)
     main = rank == 0     # only rank 0 evaluates and writes files
+    distributed = dist.is_initialized()   # torchrun: a process group (NCCL on CUDA), DDP, barriers; also with one process
+    backend = dist.get_backend() if distributed else None
     if world > 1 and not cfg.out: raise ValueError("with torchrun, give --out RUN_DIR so that every rank uses the same run folder.")
     run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     if main: run.mkdir(parents=True, exist_ok=True)
     cfg.out = str(run)
     if resume:
         ck = load_checkpoint(run/"last.pt")
-        check_resume_compatible(ck["config"], asdict(cfg), run/"last.pt")
+        check_resume_compatible(ck["config"], {**asdict(cfg), **{k: ck["config"][k] for k in RUNTIME_FIELDS if k in ck["config"]}}, run/"last.pt")
     elif (run/"last.pt").exists():
         raise FileExistsError(f"{run} already holds a run ({run/'last.pt'}); continue it with `minbert_train --resume {run}`, "
                               "or choose another --out.")
     elif main: write_json(asdict(cfg), run/"config.json")
     amp_dtype = _amp_dtype(cfg, device)
     if device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
+    sdpa = configure_sdpa(device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
+    pad_multiple = pad_multiple_of(cfg, device)
 
     tok = load_tokenizer(cfg.backbone)
+    t_data = time.time()
     data = build_data(cfg, tok, ("train", "dev"))
+    data_time = time.time() - t_data
+    if main: print(f"data: {data_time:.1f} s ({_cache_note(data['cache'])})")
     skipped = sum(v for k, v in data["files"].items() if k.endswith("_skipped_rows"))
     if skipped: print(f"skipped {skipped} bad data row(s) (--skip_bad_rows); see train_files in metrics.json")
     mk = lambda ds, bs, shuffle, **kw: make_loader(ds, bs, shuffle=shuffle, bucket=cfg.bucket, seed=cfg.seed,
-                                                   pin_memory=device.type == "cuda", **kw)
-    train_dl = {t: mk(ds, cfg.batch_size, True, num_replicas=world, rank=rank) for t, ds in data["train"].items()}  # rank's slice
-    pos_dl = {"contrastive": mk(data["contrastive"], cfg.contrastive_batch, True, num_replicas=world, rank=rank)} if "contrastive" in data else {}
+                                                   pin_memory=device.type == "cuda", pad_multiple=pad_multiple, **kw)
+    full = lambda ds, bs: cfg.compile and len(ds) >= bs   # compiled: full training batches only, one batch size per kind (the rest comes next pass)
+    train_dl = {t: mk(ds, cfg.batch_size, True, num_replicas=world, rank=rank, drop_last=full(ds, cfg.batch_size))
+                for t, ds in data["train"].items()}  # rank's slice
+    pos_dl = ({"contrastive": mk(data["contrastive"], cfg.contrastive_batch, True, num_replicas=world, rank=rank,
+                                 drop_last=full(data["contrastive"], cfg.contrastive_batch))} if "contrastive" in data else {})
     dev_dl = {t: mk(ds, cfg.eval_batch_size, False) for t, ds in data["dev"].items()}
 
     model = MultitaskBert(cfg.model_config()).to(device)
     fwd = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-              find_unused_parameters=True) if world > 1 else model   # one task's head per step: the others get no gradient
-    if cfg.compile: fwd = torch.compile(fwd, dynamic=True)
+              find_unused_parameters=True) if distributed else model   # one task's head per step: the others get no gradient
+    graphs0 = _compiled_graphs() if cfg.compile else None
+    if cfg.compile: fwd = compile_forward(fwd, model, cfg)
     if init_from is not None and not resume and not cfg.from_pretrained:
         model.load_state_dict(load_checkpoint(init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
     bias, train_prior = _para_bias(data["train"].get("para"), cfg.para_prior)
@@ -609,6 +716,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
         model.load_state_dict(ck["model"]); opt.load_state_dict(ck["optimizer"]); lr_sched.load_state_dict(ck["lr_scheduler"])
         iters.load_state_dict(ck["iterators"]); st = ck["progress"]; set_rng_state(ck["rng"])
         print(f"resuming {run}: epoch {st['epoch']}, step {st['i']} of the epoch, {st['step']} optimizer steps done")
+    st["data_time_s"] = data_time   # this process's: a resumed run reads its data again
 
     if main: print(f"run {run} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
                    + f" | params {n_all:,} (trainable {n_train:,}) | schedule {sched}")
@@ -659,6 +767,8 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                         if halt:
                             raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{len(plan)} "
                                                       f"({run/'last.pt'}). Resume with: minbert_train --resume {run}")
+                if on_step is not None and on_step(dict(epoch=epoch, i=i + 1, of=len(plan), step=st["step"])) and not stop.requested:
+                    stop.requested, stop.signal = True, "stop asked for by on_step"
                 bar.update(1)
                 if progress and i % 10 == 0 and st["losses"]:
                     bar.set_postfix(task="+".join(tasks), loss=f"{np.mean(st['losses'][-50:]):.3f}")
@@ -680,6 +790,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 lab = preds["para"].dropna(subset=["label"])
                 m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
             row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"], eval_time_s=eval_time,
+                       data_time_s=st["data_time_s"],
                        train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
                        train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
                        **{f"train_loss_{t}": float(np.mean([v for u, v in st.get("task_losses", []) if u == t]))
@@ -698,7 +809,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                 for t, df in preds.items(): write_predictions(df, t, prediction_path(run, t, "dev")); write_raw(df, t, raw_path(run, t, "dev"))
             st.update(epoch=epoch + 1, i=0, losses=[], task_losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)
             save_last()
-            if world > 1: dist.barrier()
+            if distributed: dist.barrier()
             if stop.requested and epoch < cfg.epochs:
                 raise TrainingInterrupted(f"{stop.signal}: checkpoint saved after epoch {epoch} ({run/'last.pt'}). "
                                           f"Resume with: minbert_train --resume {run}")
@@ -717,8 +828,10 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
                    best_epoch=st["best_epoch"], epochs=cfg.epochs, trainable_params=n_train, total_params=n_all, params=counts,
                    train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
                    para_logit_bias=bias, para_train_prior=train_prior, para_prior=cfg.para_prior, skipped_rows=skipped,
-                   train_files=data["files"], device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32", wall_time_s=wall0 + time.time() - t0,
-                   resumed=bool(resume), world_size=world, preset=cfg.preset, code=code,
+                   train_files=data["files"], data_time_s=data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
+                   device=str(device), amp=str(amp_dtype).replace("torch.", "") if amp_dtype else "fp32", wall_time_s=wall0 + time.time() - t0,
+                   resumed=bool(resume), world_size=world, dist_backend=backend, pad_multiple=pad_multiple, sdpa=sdpa or None,
+                   compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - graphs0) if cfg.compile else None, preset=cfg.preset, code=code,
                    optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
     if probe is not None: metrics["grad_conflicts"] = probe.log.summary()
     for t in step.terms:
@@ -734,7 +847,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
         for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)
     print("dev: " + " ".join(f"{k}={metrics[k]:.4f}" for k in ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr", "overall") if k in metrics)
           + f" | {metrics['wall_time_s']:.0f}s | {run}")
-    if world > 1: dist.barrier(); dist.destroy_process_group()
+    if distributed: dist.barrier(); dist.destroy_process_group()
     return metrics
 
 def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("test",)) -> dict:

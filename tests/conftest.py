@@ -3,6 +3,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The tokenized-data cache of the tests goes to a folder of their own (also for the processes they start), removed at exit:
+# tests never read or fill the user's ~/.cache/minbert_nb
+import atexit, shutil, tempfile
+if "MINBERT_CACHE" not in os.environ:
+    os.environ["MINBERT_CACHE"] = tempfile.mkdtemp(prefix="minbert-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["MINBERT_CACHE"], True)
 
 import re
 import pytest
@@ -29,7 +35,7 @@ def small_data(tmp_path_factory):
 _NO_DATA_LOOKUP = {"test_bert.py", "test_optimizer.py", "test_losses.py", "test_samplers.py", "test_evaluate.py", "test_multitask.py",
                    "test_notebooks.py", "test_docs.py", "test_peft_reference.py", "test_adapter_pal_reference.py",
                    "test_smart_reference.py",
-                   "test_ablate.py"}   # ... or that pass the committed sample explicitly
+                   "test_ablate.py", "test_data_cache.py"}   # ... or that pass the committed sample explicitly
 
 # A notebook that names none of these never reads the data folder (nor the sample): it runs the same in both passes
 _DATA_WORDS = re.compile(r"data_or_sample|find_data_dir|MINBERT_DATA|load_split|ensure_data|data_dir|sample_data|shared/data")

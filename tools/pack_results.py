@@ -1,0 +1,73 @@
+"""Keep `results/` small enough to travel: prediction files only where something reads them, gzip-compressed.
+
+What reads a run's predictions, and so keeps them:
+  - an ensemble saved in results/ (its config.json lists its members): the members' *-output.csv of every split, and their
+    *-raw.csv when the ensemble averages raw outputs (method `logits`); a member path that no longer exists (a run made in
+    /tmp and copied into results/) is the folder of the same name beside the ensemble;
+  - the headline runs named in README.md (`--headline`, default results/quick and results/best-offline);
+  - an ensemble folder keeps its own test predictions (the CS224N submission files); its dev predictions are dropped, as
+    `minbert_ensemble` writes them again exactly from the kept members and metrics.json keeps their scores.
+Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
+keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time).
+
+    python tools/pack_results.py              # show what would change, and the sizes
+    python tools/pack_results.py --apply      # do it
+"""
+import argparse, gzip, json, sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RAW_METHODS = {"logits"}
+
+def ensembles(results:Path) -> list:
+    return sorted(p.parent for p in results.rglob("config.json") if "members" in json.loads(p.read_text()))
+
+def plan(results:Path, headline, skip) -> dict:
+    "{prediction file: 'keep' | 'drop'} for every prediction file under `results` outside the `skip` folders"
+    read, raw_read, ens = set(), set(), ensembles(results)
+    for e in ens:
+        c = json.loads((e/"config.json").read_text())
+        # a member saved elsewhere first (e.g. /tmp/runs/opt-x/base) and copied beside its ensemble: found there by its name
+        members = {(ROOT/m).resolve() if (ROOT/m).is_dir() else (e.parent/Path(m).name).resolve() for m in c["members"]}
+        read |= members
+        if set(c.get("methods", {}).values()) & RAW_METHODS: raw_read |= members
+    read |= {(ROOT/h).resolve() for h in headline}
+    out = {}
+    for f in sorted(results.rglob("predictions/*.csv*")):
+        if any(f.resolve().is_relative_to((ROOT/s).resolve()) for s in skip): continue
+        run = f.parent.parent.resolve()
+        if run in {e.resolve() for e in ens}: keep = "-test-" in f.name and "-output" in f.name
+        elif "-raw" in f.name: keep = run in raw_read
+        else: keep = run in read
+        out[f] = "keep" if keep else "drop"
+    return out
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", default=str(ROOT/"results"))
+    p.add_argument("--headline", nargs="*", default=["results/quick", "results/best-offline"])
+    p.add_argument("--skip", nargs="*", default=[], help="folders left as they are (e.g. runs being redone)")
+    p.add_argument("--apply", action="store_true", help="change the files (default: only report)")
+    a = p.parse_args(argv)
+    results = Path(a.results)
+    before = sum(f.stat().st_size for f in results.rglob("*") if f.is_file())
+    pl, freed = plan(results, a.headline, a.skip), 0
+    for f, what in pl.items():
+        if what == "drop":
+            freed += f.stat().st_size
+            if a.apply: f.unlink()
+        elif f.suffix == ".csv":
+            z = f.with_name(f.name + ".gz")
+            data = gzip.compress(f.read_bytes(), compresslevel=9, mtime=0)
+            freed += f.stat().st_size - len(data)
+            if a.apply:
+                z.write_bytes(data)
+                if gzip.decompress(z.read_bytes()) != f.read_bytes(): sys.exit(f"{z}: does not decompress to {f}; left both in place")
+                f.unlink()
+    for d in sorted({f.parent for f in pl}, reverse=True):
+        if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
+    n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
+    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed; results/ {before / 2**20:.1f} MB -> "
+          f"{(before - freed) / 2**20:.1f} MB" + ("" if a.apply else " (dry run: --apply to do it)"))
+
+if __name__ == "__main__": main()
