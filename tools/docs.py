@@ -200,11 +200,10 @@ def scrub_paths(text, roots):
     text = _SITE_PKG.sub("site-packages/", text)
     text = re.sub(_TMP + r"/", "", text)                 # a temporary folder's contents: relative to it (`run/eval.json`)
     text = re.sub(_TMP + r"(?![\w/])", "<tmp>", text)    # the temporary folder itself
-    for r in roots:
-        for base, rel in ((r, ""), (str(Path(r).parent), "../")):
-            if base in ("/", ""): continue
-            text = re.sub(re.escape(base) + r"/(?=[\w.~-])", rel, text)
-            text = re.sub(re.escape(base) + r"(?![\w/.-])", rel.rstrip("/") or ".", text)
+    for base, rel in [(r, "") for r in roots] + [(str(Path(r).parent), "../") for r in roots]:   # the repositories first, then beside them
+        if base in ("/", ""): continue
+        text = re.sub(re.escape(base) + r"/(?=[\w.~-])", rel, text)
+        text = re.sub(re.escape(base) + r"(?![\w/.-])", rel.rstrip("/") or ".", text)
     return text
 
 def _output_texts(o):
@@ -300,9 +299,12 @@ def _linkify_notebooks(soup, root, nb_links, current):
     n = 0
     for code in list(root.find_all("code")):
         if code.find_parent(_SKIP_LINK) or code.find_parent(class_="jp-RenderedText"): continue
-        m = pat.fullmatch(code.get_text().strip())
-        if m and nb_links[m.group(1)] != current:
-            a = soup.new_tag("a", href=nb_links[m.group(1)]); a["class"] = "nb-link"; code.wrap(a); n += 1
+        txt = code.get_text().strip()
+        m = pat.fullmatch(txt) or pat.match(txt)
+        sym = txt[m.end():] if m else ""
+        if m and (not sym or re.fullmatch(r"\.\w[\w.]*", sym)) and (nb_links[m.group(1)] != current or sym):   # `13_pcgrad.PCGrad`: its entry
+            a = soup.new_tag("a", href=(nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""))
+            a["class"] = "nb-link"; code.wrap(a); n += 1
     for t in list(root.find_all(string=pat)):
         if not isinstance(t, NavigableString) or t.find_parent(_SKIP_LINK | {"code"}) or t.find_parent(class_="jp-RenderedText"): continue
         parts, last, s = [], 0, str(t)
