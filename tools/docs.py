@@ -7,9 +7,15 @@
 Users who have Quarto keep using `nbdev-docs` / `nbdev-preview` (the Quarto config is nbs/_quarto.yml).
 The HTML pages here come from the same processed notebooks (`_proc/`), so `show_doc` sections, prose and outputs match
 what Quarto would render; only the theme differs. The site works offline from any folder or a plain static server:
-- a fixed sidebar lists the notebooks in reading order (index, then nbs/*.ipynb by file name, found anew on every build:
-  "01 · Attention"), the current page highlighted; nbs/sidebar.yml (Quarto's sidebar) is rewritten in the same order
-  (pyproject.toml sets nbdev's `custom_sidebar`, so nbdev leaves it alone);
+- the sidebar lists the notebooks in the story's sections as nbs/sidebar.yml gives them (the one place that maps notebooks to
+  sections, read by Quarto too; an entry is found by its path or, after a move to a sub-folder, by its file name), the
+  current page highlighted; below 960 px it folds behind a Menu button;
+- every page has an "on this page" list (its ## / ### headings), copy buttons on code, and a search box; search.html and
+  assets/search-index.js (every page's text split at its headings, built here) search offline, from file:// too;
+- notebook names in the text (`08b_step`, 12_smart) link to their pages; show_doc's "source" links go to the notebook page
+  that defines the name (nbs/nbdev.yml's repository address is not a published repository);
+- stored outputs are tidied: paths of the machine that ran them are shown relative to the repository, the run folder or
+  site-packages, and a warning repeated on a page is shown once;
 - the theme (tools/docs_theme/: the nbconvert template and site.css) and pygments' CSS are written to assets/;
 - math is typeset by MathJax 3 copied into assets/mathjax/ from the PyPI package django-static-mathjax (dev extras);
   no page loads anything from the web;
