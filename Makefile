@@ -71,7 +71,7 @@ nbs: $(VENV)/.dev
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
 # The offline docs site in _site/ (no Quarto, nothing from the web): the notebooks in reading order, MathJax bundled from the
-# dev extras; open _site/index.html or serve it, e.g. .venv/bin/python -m http.server -d _site. Rewrites nbs/sidebar.yml in the same order.
+# dev extras; open _site/index.html or serve it, e.g. .venv/bin/python -m http.server -d _site. Its sidebar sections come from nbs/sidebar.yml.
 docs: $(VENV)/.dev
 	$(BIN)/python tools/docs.py site
 

@@ -64,7 +64,7 @@ class Row:
 
 @dataclass
 class PaperTable:
-    "A table of one of the four reports (`../shared/seeds/`), as a list of runnable rows"
+    "A table of one of the four CS224N reports (seeds 000, 002, 003, 004), as a list of runnable rows"
     id: str                   # e.g. "000-T10": seed 000, Table 10
     caption: str              # as printed
     columns: dict             # column as printed -> metric key (METRIC_KEYS): avg = plain mean of the three, overall = CS224N's
@@ -557,7 +557,7 @@ def write_table(table:PaperTable, records:dict, out, scale:str) -> pd.DataFrame:
 
 # %% ../nbs/16_ablate.ipynb #1b13ae96
 def ablate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="minbert_ablate", description="Run a table of the four reports (../shared/seeds) and write it beside the paper's numbers.")
+    p = argparse.ArgumentParser(prog="minbert_ablate", description="Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers.")
     p.add_argument("--list", action="store_true", help="print every table id with its caption (with --table: its rows)")
     p.add_argument("--table", help="table id, e.g. 000-T10 (see --list)")
     p.add_argument("--scale", default="quick", choices=list(SCALES), help="tiny: a smoke test; quick: minutes per row on 2 CPU cores; full: the papers' budgets")

@@ -88,7 +88,7 @@ def inject_task_layernorms(model:nn.Module, tasks) -> list:
 
 # %% ../nbs/11a_adapters.ipynb #3d8c6faf
 class PALShared(nn.Module):
-    "The encoder V^E and decoder V^D of every task's PALs, shared across layers"
+    "The encoder $V^E$ and decoder $V^D$ of every task's PALs, shared across layers"
     adapter_names = ("pal_encoder", "pal_decoder")
     def __init__(self, hidden:int, size:int, tasks):
         super().__init__()
@@ -99,7 +99,7 @@ class PALShared(nn.Module):
             nn.init.zeros_(self.pal_decoder[t].weight); nn.init.zeros_(self.pal_decoder[t].bias)
 
 class PALBranch(nn.Module):
-    "TS(h) = gelu(V^D g(V^E h)) for one layer: its own attention g per task, the shared V^E, V^D (held, not owned)"
+    "$\\mathrm{TS}(h) = \\mathrm{gelu}(V^D g(V^E h))$ for one layer: its own attention $g$ per task, the shared $V^E$, $V^D$ (held, not owned)"
     adapter_names = ("pal_attention",)
     def __init__(self, shared:PALShared, config:BertConfig, size:int, heads:int, tasks):
         super().__init__()
@@ -113,7 +113,7 @@ class PALBranch(nn.Module):
         return F.gelu(s.pal_decoder[t](self.pal_attention[t](z, mask)[0]))   # (B, T, C): gelu after V^D, as BERTPals
 
 def inject_pals(model:BertModel, tasks, size:int=204, heads:int|None=6) -> PALShared:
-    "Add a PAL branch to every layer of `model` (`BertLayer.parallel`), with V^E, V^D registered once as `model.pal_shared`; `heads`: g's heads (None: the backbone's)"
+    "Add a PAL branch to every layer of `model` (`BertLayer.parallel`), with $V^E$, $V^D$ registered once as `model.pal_shared`; `heads`: $g$'s heads (None: the backbone's)"
     cfg = model.config; heads = heads or cfg.num_attention_heads
     if size % heads: raise ValueError(f"pal_size={size} is not a multiple of the {heads} attention heads of g; choose e.g. {heads * (size // heads)}.")
     model.pal_shared = PALShared(cfg.hidden_size, size, tasks)

@@ -37,7 +37,7 @@ def pcgrad_orders(n:int, generator:torch.Generator|None=None) -> list:
 
 # %% ../nbs/13_pcgrad.ipynb #f5f29d46
 def project_conflicting(grads, generator:torch.Generator|None=None, orders:list|None=None) -> dict:
-    "Each task's g_i^PC: g_i with its component along every original g_j (j != i, random order) removed when they conflict"
+    "Each task's $g_i^{PC}$: $g_i$ with its component along every original $g_j$ ($j \\ne i$, random order) removed when they conflict"
     d = _as_dict(grads); keys = list(d)
     dt = torch.promote_types(next(iter(d.values())).dtype, torch.float32)
     G = [d[k].to(dt) for k in keys]

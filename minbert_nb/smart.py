@@ -98,7 +98,7 @@ class SmartTerm(LossTerm):
         if "generator" in sd: self.generator.set_state(sd["generator"])
 
 class BregmanTerm(LossTerm):
-    "μ · ℓ_s(f(x; θ), f(x; θ~)) against a slow copy θ~ <- (1-β)θ + βθ~ of the weights, moved after every optimizer step"
+    "$\\mu\\, \\ell_s(f(x;\\theta), f(x;\\tilde\\theta))$ against a slow copy $\\tilde\\theta \\leftarrow (1-\\beta)\\theta + \\beta\\tilde\\theta$ of the weights, moved after every optimizer step"
     name, needs_rng = "bpp", True
     def __init__(self, model:nn.Module, weight:float=1.0, beta:float=0.99):
         if not 0 <= beta < 1: raise ValueError(f"Bregman proximal point: beta={beta}; expected 0 <= beta < 1.")

@@ -57,13 +57,31 @@ SCREENS = ROOT / "_site_screens"                   # screenshots kept for people
 MATH_PAGES = ("losses.html", "smart.html", "train.html")   # pages whose prose has TeX math
 SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (17_analysis) once it exists
 
+SECTIONS = ["Start here", "Model", "Data", "Training", "Parameter-efficient modules", "Multitask optimisation", "Experiments"]
+WALKTHROUGHS = {"19_reproduce_a_table", "20_inspect_a_model", "23_use_a_trained_model"}
+MACHINE_PATH = re.compile(r"(?<![\w.~:/])/(?:work|tmp|home|root|Users|private|var/folders|mnt|opt/conda)/|[\w/]+/site-packages/")
+
+def _all_notebooks():
+    nbs = ROOT / "nbs"
+    return sorted(p.relative_to(nbs).as_posix() for p in nbs.rglob("*.ipynb")
+                  if not any(x.startswith(("_", ".")) for x in p.relative_to(nbs).parts))
+
+def _sidebar_yml():
+    "[(section or None, [notebook file names])] as nbs/sidebar.yml lists them (read here, not by tools/docs.py)"
+    import yaml
+    out = []
+    for item in yaml.safe_load((ROOT / "nbs" / "sidebar.yml").read_text())["website"]["sidebar"]["contents"]:
+        if isinstance(item, dict): out.append((item["section"], [Path(x).name for x in item["contents"]]))
+        else: out.append((None, [Path(item).name]))
+    return out
+
 def _expected_sidebar():
-    "(page, number) in reading order, derived here from nbs/ independently of tools/docs.py: index, then notebooks by file name"
-    nbs = sorted(p.name for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith(("_", ".")) and p.name != "index.ipynb")
-    out = [("index.html", "")]
-    for n in nbs:
-        m = re.match(r"(\d+[a-zA-Z0-9]*)_(.*)\.ipynb$", n)
-        out.append(((m.group(2) if m else n[:-6]).lower() + ".html", m.group(1) if m else ""))
+    "(page, number, section) in the order of nbs/sidebar.yml: index, then the story's sections"
+    out = []
+    for sec, names in _sidebar_yml():
+        for n in names:
+            m = re.match(r"(\d+[a-zA-Z0-9]*)_(.*)\.ipynb$", n)
+            out.append(((m.group(2) if m else n[:-6]).lower() + ".html", m.group(1) if m else "", sec))
     return out
 
 class _Doc(HTMLParser):
@@ -71,6 +89,7 @@ class _Doc(HTMLParser):
     SKIP = {"script", "style", "pre", "code", "mjx-container", "textarea", "nav", "svg"}
     def __init__(self, text):
         super().__init__(); self.links, self.imgs, self.ids, self.resources, self.sidebar = [], [], set(), [], []
+        self.sections, self._sec = [], None
         self.prose, self._skip, self._nav, self._a, self.title, self._in_title, self.h1, self._in_h1 = [], [], 0, None, "", False, "", False
         self.feed(text); self.prose = "".join(self.prose)
     def handle_starttag(self, tag, attrs):
@@ -82,13 +101,15 @@ class _Doc(HTMLParser):
             if a.get(k) and tag in ("script", "link", "img", "iframe", "source", "video", "audio", "embed", "object", "track"):
                 self.resources.append((tag, a[k]))
         if tag == "nav" and "sidebar" in (a.get("class") or "").split(): self._nav = 1
-        if self._nav and tag == "ol" and "toc" in (a.get("class") or "").split(): self._nav = 2
-        if self._nav == 2 and tag == "a": self._a = [a.get("href"), "active" in (a.get("class") or "").split(), ""]
+        if self._nav and tag == "ol" and ("toc" in (a.get("class") or "").split() or self._nav >= 2): self._nav += 1
+        if self._nav >= 2 and tag == "a": self._a = [a.get("href"), "active" in (a.get("class") or "").split(), ""]
+        if self._nav >= 2 and tag == "p" and "section-label" in (a.get("class") or ""): self._sec = ""
         if tag == "title": self._in_title = True
         if tag == "h1" and "page-title" in (a.get("class") or ""): self._in_h1 = True
         if tag in self.SKIP: self._skip.append(tag)
     def handle_endtag(self, tag):
-        if tag == "ol" and self._nav == 2: self._nav = 1
+        if tag == "ol" and self._nav >= 2: self._nav -= 1
+        if tag == "p" and self._sec is not None: self.sections.append(self._sec.strip()); self._sec = None
         if tag == "nav" and self._nav: self._nav = 0
         if tag == "a" and self._a is not None: self.sidebar.append(tuple(self._a)); self._a = None
         if tag == "title": self._in_title = False
@@ -96,26 +117,34 @@ class _Doc(HTMLParser):
         if self._skip and tag == self._skip[-1]: self._skip.pop()
     def handle_data(self, d):
         if self._a is not None: self._a[2] += d
+        if self._sec is not None: self._sec += d
         if self._in_title: self.title += d
         if self._in_h1: self.h1 += d
         if not self._skip: self.prose.append(d)
 
 def _remote(url): return bool(re.match(r"^\s*(https?:)?//", url, re.I))
 
-def test_sidebar_yml_lists_notebooks_in_reading_order(site):
-    listed = re.findall(r"^\s*-\s*(\S+)\s*$", (ROOT / "nbs" / "sidebar.yml").read_text(), re.M)
-    nbs = sorted(p.name for p in (ROOT / "nbs").glob("*.ipynb") if not p.name.startswith(("_", ".")) and p.name != "index.ipynb")
-    assert listed == ["index.ipynb"] + nbs, "nbs/sidebar.yml is not the notebooks in reading order: run `make docs`"
+def test_sidebar_yml_places_every_notebook_in_the_story_sections():
+    "nbs/sidebar.yml is the one place that maps notebooks to sections: each notebook once, the story's sections in order"
+    listed = _sidebar_yml()
+    names = [n for _, ns in listed for n in ns]
+    assert sorted(names) == sorted(Path(n).name for n in _all_notebooks()), "nbs/sidebar.yml must list every notebook under nbs/ once"
+    assert len(names) == len(set(names)) and listed[0] == (None, ["index.ipynb"])
+    assert [sec for sec, _ in listed if sec] == SECTIONS, "the sidebar's sections are not the story's"
+    start = dict((sec, ns) for sec, ns in listed if sec)["Start here"]
+    assert {Path(n).stem for n in start} == WALKTHROUGHS, "the walkthroughs are the 'Start here' section"
+    assert [s for s, _ in docs.sidebar_sections()][1:] == SECTIONS, "tools/docs.py does not read the sections of nbs/sidebar.yml"
 
 def test_pages_in_reading_order_with_numbered_sidebar(site):
     out, pages = site
     expected = _expected_sidebar()
-    assert pages == [p for p, _ in expected], "pages are not in notebook order"
+    assert pages == [p for p, _, _ in expected], "pages are not in the order of nbs/sidebar.yml"
     for page in pages:
         d = _Doc((out / page).read_text())
-        assert [h for h, _, _ in d.sidebar] == [p for p, _ in expected], f"{page}: sidebar out of order"
+        assert [h for h, _, _ in d.sidebar] == [p for p, _, _ in expected], f"{page}: sidebar out of order"
         assert [h for h, act, _ in d.sidebar if act] == [page], f"{page}: the current page is not the one highlighted"
-        for (h, _, label), (_, num) in zip(d.sidebar, expected):
+        assert d.sections == SECTIONS, f"{page}: the sidebar's section labels are {d.sections}"
+        for (h, _, label), (_, num, _) in zip(d.sidebar, expected):
             label = " ".join(label.split())
             assert label and (not num or re.fullmatch(rf"{re.escape(num)} · \S.*", label)), f"{page}: sidebar entry {label!r} for {h}"
 
@@ -224,7 +253,7 @@ def test_links_and_images_resolve(browsed):
 @needs_chromium
 def test_sidebar_in_browser_lists_every_notebook(browsed):
     base, out, pages, log, doms = browsed
-    expected = [p for p, _ in _expected_sidebar()]
+    expected = [p for p, _, _ in _expected_sidebar()]
     for page in pages:
         d = _Doc(doms[page])
         assert [h for h, _, _ in d.sidebar] == expected, f"{page}: the sidebar does not list every notebook in order"
@@ -262,3 +291,138 @@ def test_screenshots(served, tmp_path_factory):
             assert colours > 50, f"{page}: the screenshot is (nearly) blank"
         except ImportError: pass
         shutil.copy(png, SCREENS / png.name)
+
+# ---- finding one's way in, stored outputs a reader can use, pages that show their results (issue 31) ----
+def _visible_text(text):
+    "All text a reader can see on a page (code and outputs included; not scripts, styles or attributes)"
+    text = re.sub(r"<(script|style)\b.*?</\1>", " ", text, flags=re.S | re.I)
+    return html.unescape(re.sub(r"<[^>]+>", "", text))
+
+def _main(text): return text[re.search(r'<main\b[^>]*>', text).start():text.index("</main>")]
+
+def test_stored_outputs_show_no_machine_paths_and_warnings_once(site):
+    out, pages = site
+    for page in pages:
+        text = _visible_text((out / page).read_text())
+        found = sorted({m.group(0) for m in MACHINE_PATH.finditer(text)} | ({str(ROOT)} & {str(ROOT)} if str(ROOT) in text else set()))
+        assert not found, f"{page} shows paths of the machine that built or ran it: {found[:5]}"
+        assert len(re.findall(r"\d+ row\(s\) without a label kept", text)) <= 1, f"{page}: the Quora label warning is shown more than once"
+        assert "shared/seeds" not in text, f"{page} points readers at a folder only the developers have"
+
+def test_every_page_has_on_this_page_and_notebook_mentions_link(site):
+    out, pages = site
+    stems = [n[:-6] for n in (Path(x).name for x in _all_notebooks()) if re.match(r"\d", n)]
+    mention = re.compile(r"(?<![\w/.-])(" + "|".join(map(re.escape, stems)) + r")(?![\w-])")
+    for page in pages:
+        text = (out / page).read_text()
+        main = _main(text)
+        if re.search(r"<h2[^>]*\bid=", main):
+            toc = re.search(r'<details class="page-toc"[^>]*>.*?</details>', text, re.S)
+            assert toc, f"{page}: no 'on this page' list"
+            ids = set(re.findall(r'\bid="([^"]+)"', main))
+            assert {html.unescape(h[1:]) for h in re.findall(r'href="(#[^"]+)"', toc.group(0))} <= ids, f"{page}: 'on this page' links nowhere"
+        # a notebook named in prose or an inline `code` (not in code blocks, outputs or links) is a link
+        prose = re.sub(r"<(pre|a|script|style|h[1-6])\b.*?</\1>", " ", main, flags=re.S)
+        prose = re.sub(r'<div class="[^"]*jp-RenderedText[^"]*".*?</div>', " ", prose, flags=re.S)
+        plain = [m.group(1) for m in mention.finditer(html.unescape(re.sub(r"<[^>]+>", "", prose)))
+                 if docs.nb_page(m.group(1) + ".ipynb") != page]
+        assert not plain, f"{page}: notebook names that are not links: {sorted(set(plain))[:8]}"
+    index = (out / "index.html").read_text()
+    assert index.count('class="nb-link"') >= 20, "the landing page's notebook map does not link its notebooks"
+
+def test_source_links_stay_on_the_site(site):
+    "show_doc's source links go to the notebook page defining the name (nbs/nbdev.yml's repository is not published)"
+    out, pages = site
+    repo = docs._yml_value("repo-url").rstrip("/")
+    for page in pages:
+        text = (out / page).read_text()
+        assert not (repo and f'href="{repo}/blob/' in text), f"{page} links to {repo}, which is not a published repository"
+    assert 'class="source-link"' in (out / "smart.html").read_text()
+
+def test_api_entries_for_methods_readers_call(site):
+    out, _ = site
+    for page, name in [("smart.html", "EmbeddingPerturbation.ascend"), ("ablate.html", "PaperTable.row"), ("predictor.html", "Predictor.sentiment"),
+                       ("predictor.html", "Predictor.embed"), ("pcgrad.html", "PCGrad.apply")]:
+        assert re.search(rf'<h[34][^>]*id="{re.escape(name.lower())}"', (out / page).read_text()), f"{page}: no entry for {name}"
+    adapters = (out / "adapters.html").read_text()
+    assert "TS(h) = gelu" not in adapters and r"\mathrm{TS}(h)" in adapters, "PAL's docstring formula is not typeset like the prose"
+
+def _output_tables(text):
+    "Tables in cell outputs that are not a show_doc parameter list"
+    return [t for t in re.findall(r"<table\b.*?</table>", _main(text), re.S) if "Details" not in t and "<th>Type</th>" not in t]
+
+def test_pages_about_results_show_them(site):
+    out, pages = site
+    ablate = (out / "ablate.html").read_text()
+    tabs = [t for t in _output_tables(ablate) if "paper" in t and "ours" in t]
+    assert len(tabs) >= len(list((ROOT / "results" / "ablate").glob("*-quick"))) >= 1, "the ablation page shows no committed table"
+    assert len(re.findall(r'<img[^>]+src="figures/ablate-', ablate)) >= 1, "the ablation page shows no figure"
+    assert [t for t in _output_tables((out / "ensemble.html").read_text()) if "selected ensemble" in t], "no headroom table"
+    analysis = (out / "analysis.html").read_text()
+    figs = re.findall(r'<img[^>]+src="(figures/analysis-[^"]+)"', analysis)
+    assert len(figs) >= 6 and all((out / f).stat().st_size > 5000 for f in figs), f"the analysis page shows {len(figs)} figures"
+
+def test_search_index_covers_every_page(site):
+    out, pages = site
+    js = (out / "assets" / "search-index.js").read_text()
+    import json
+    index = json.loads(js[js.index("=") + 1:].rstrip().rstrip(";"))
+    assert [p["u"] for p in index] == pages and all(p["s"] for p in index)
+    pc = next(p for p in index if p["u"] == "pcgrad.html")
+    assert "gradient surgery" in (pc["d"] + " ".join(t for _, _, t in pc["s"])).lower()
+    assert (out / "search.html").exists() and not MACHINE_PATH.search(js)
+
+AUDIT = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body><pre id="audit">pending</pre>
+<iframe id="f" style="width:400px;height:900px;border:0"></iframe><script>
+const pages = %s, out = {}, f = document.getElementById('f'), sleep = ms => new Promise(r => setTimeout(r, ms));
+const load = url => new Promise(r => { f.onload = r; f.src = url; });
+(async () => {
+  for (const p of pages) {
+    await load(p);
+    const d = f.contentDocument;
+    for (let i = 0; i < 100 && d.documentElement.dataset.math !== 'typeset'; i++) await sleep(100);
+    const w = d.documentElement.scrollWidth, wide = [];
+    if (w > 400) for (const el of d.body.querySelectorAll('*')) {
+      if (el.closest('pre, .highlight, mjx-container, table')) continue;
+      const r = el.getBoundingClientRect(); if (r.right > 401) wide.push(el.tagName + '.' + el.className + ' ' + Math.round(r.right));
+    }
+    const imgs = Array.from(d.querySelectorAll('main img')).map(i => i.naturalWidth);
+    out[p] = {width: w, wide: wide.slice(0, 5), text: d.body.innerText, imgs,
+              menu: getComputedStyle(d.querySelector('.sidebar-body')).display, toc: !!d.querySelector('.page-toc')};
+  }
+  await load('search.html?q=gradient%%20surgery');
+  for (let i = 0; i < 50 && !f.contentDocument.querySelector('#search-page[data-searched]'); i++) await sleep(100);
+  out['search'] = Array.from(f.contentDocument.querySelectorAll('.search-result')).map(li => li.dataset.page);
+  document.getElementById('audit').textContent = JSON.stringify(out);
+})();
+</script></body></html>"""
+
+@pytest.fixture(scope="module")
+def audited(served, tmp_path_factory):
+    "Every page in a 400 px wide frame of one headless Chromium (width, visible text, images, sidebar), and a search"
+    import json
+    base, out, pages, log = served
+    (out / "_audit.html").write_text(AUDIT % json.dumps(pages))
+    dom = _chrome(base + "_audit.html", tmp_path_factory.mktemp("audit"), "--dump-dom", "--window-size=1000,1000",
+                  "--virtual-time-budget=600000", timeout=600)
+    m = re.search(r'<pre id="audit">(.*?)</pre>', dom, re.S)
+    assert m and m.group(1) != "pending", "the audit page did not finish"
+    return pages, json.loads(html.unescape(m.group(1)))
+
+@needs_chromium
+def test_in_the_browser_at_400px(audited):
+    "At 400 px: no page is wider than the viewport (code blocks and tables scroll inside), the sidebar folds behind its Menu button"
+    pages, res = audited
+    wide = {p: (r["width"], r["wide"]) for p, r in res.items() if p in pages and r["width"] > 400}
+    assert not wide, f"pages wider than 400 px: {wide}"
+    assert all(res[p]["menu"] == "none" for p in pages), "the sidebar's list is not folded at 400 px"
+    for p in pages:
+        found = sorted(set(MACHINE_PATH.findall(res[p]["text"])))
+        assert not found and str(ROOT) not in res[p]["text"], f"{p}: machine paths in the visible text: {found[:5]}"
+    assert len([w for w in res["analysis.html"]["imgs"] if w > 0]) >= 6, "the analysis page does not show its figures"
+    assert [w for w in res["ablate.html"]["imgs"] if w > 0], "the ablation page shows no figure"
+
+@needs_chromium
+def test_search_finds_pcgrad_from_gradient_surgery(audited):
+    pages, res = audited
+    assert res["search"] and res["search"][0] == "pcgrad.html", f"search 'gradient surgery' ranks {res['search'][:3]}"

@@ -7,9 +7,15 @@
 Users who have Quarto keep using `nbdev-docs` / `nbdev-preview` (the Quarto config is nbs/_quarto.yml).
 The HTML pages here come from the same processed notebooks (`_proc/`), so `show_doc` sections, prose and outputs match
 what Quarto would render; only the theme differs. The site works offline from any folder or a plain static server:
-- a fixed sidebar lists the notebooks in reading order (index, then nbs/*.ipynb by file name, found anew on every build:
-  "01 · Attention"), the current page highlighted; nbs/sidebar.yml (Quarto's sidebar) is rewritten in the same order
-  (pyproject.toml sets nbdev's `custom_sidebar`, so nbdev leaves it alone);
+- the sidebar lists the notebooks in the story's sections as nbs/sidebar.yml gives them (the one place that maps notebooks to
+  sections, read by Quarto too; an entry is found by its path or, after a move to a sub-folder, by its file name), the
+  current page highlighted; below 960 px it folds behind a Menu button;
+- every page has an "on this page" list (its ## / ### headings), copy buttons on code, and a search box; search.html and
+  assets/search-index.js (every page's text split at its headings, built here) search offline, from file:// too;
+- notebook names in the text (`08b_step`, 12_smart) link to their pages; show_doc's "source" links go to the notebook page
+  that defines the name (nbs/nbdev.yml's repository address is not a published repository);
+- stored outputs are tidied: paths of the machine that ran them are shown relative to the repository, the run folder or
+  site-packages, and a warning repeated on a page is shown once;
 - the theme (tools/docs_theme/: the nbconvert template and site.css) and pygments' CSS are written to assets/;
 - math is typeset by MathJax 3 copied into assets/mathjax/ from the PyPI package django-static-mathjax (dev extras);
   no page loads anything from the web;
@@ -66,9 +72,9 @@ def _load(path):
     return _clean(nbformat.reads(json.dumps(d), as_version=4))
 
 def notebooks(nbs=NBS):
-    "The story's notebooks in reading order: index first, then `nbs/*.ipynb` by file name (00_core, 01_attention, 02_bert, 02a_pretrained, ...)"
-    found = [p for p in Path(nbs).glob("*.ipynb") if not p.name.startswith(("_", "."))]
-    return sorted(found, key=lambda p: (p.name != "index.ipynb", p.name))
+    "Every notebook under `nbs/` (sub-folders too, e.g. nbs/tutorials/), by path; not `_proc`-style or hidden ones"
+    return sorted(p for p in Path(nbs).rglob("*.ipynb")
+                  if not any(part.startswith(("_", ".")) for part in p.relative_to(nbs).parts))
 
 def nb_number(name):
     "The reading-order number of a notebook file name: '01' for 01_attention.ipynb, '02a' for 02a_pretrained.ipynb, '' for index"
@@ -79,15 +85,38 @@ def nb_page(name):
     "The page nbdev names a notebook's docs after (its `output-file`): the file name without the number, lower case, `.html`"
     return re.sub(r"^\d+[a-zA-Z0-9]*_", "", Path(name).name.lower()).rsplit(".", 1)[0] + ".html"
 
-def sidebar_yml(nbs=NBS):
-    "Quarto's sidebar (nbs/sidebar.yml) listing the notebooks in reading order, in the layout nbdev writes"
-    return "website:\n  sidebar:\n    contents:\n" + "".join(f"      - {p.name}\n" for p in notebooks(nbs))
+def sidebar_sections(nbs=NBS):
+    """The story's table of contents from nbs/sidebar.yml (Quarto's sidebar format, the one place that maps notebooks to
+    sections): [(section or None, [notebook path relative to nbs/, ...]), ...]. An entry is found by its path, else by its file
+    name anywhere under nbs/ (a notebook moved to nbs/tutorials/ needs no edit); notebooks not listed go to a last "Other" section"""
+    import yaml
+    nbs = Path(nbs); have = [p.relative_to(nbs).as_posix() for p in notebooks(nbs)]
+    by_name = {Path(h).name: h for h in have}
+    def find(entry):
+        e = str(entry).strip()
+        if not e.endswith(".ipynb"): e += ".ipynb"
+        if e in have: return e
+        if Path(e).name in by_name: return by_name[Path(e).name]
+        sys.exit(f"nbs/sidebar.yml lists {entry!r}, which is not a notebook under nbs/")
+    data = yaml.safe_load((nbs / "sidebar.yml").read_text()) or {}
+    out, seen = [], set()
+    for item in data.get("website", {}).get("sidebar", {}).get("contents", []):
+        if isinstance(item, dict):
+            got = [find(x) for x in item.get("contents", [])]; out.append((item.get("section", ""), got))
+        else:
+            got = [find(item)]
+            if out and out[-1][0] is None: out[-1][1].extend(got)
+            else: out.append((None, got))
+        seen.update(got)
+    rest = [h for h in have if h not in seen]
+    if rest:
+        print(f"docs: nbs/sidebar.yml does not place {', '.join(rest)}: listed under 'Other'", file=sys.stderr)
+        out.append(("Other", rest))
+    return out
 
-def write_sidebar_yml(nbs=NBS):
-    "Keep nbs/sidebar.yml in reading order with notebooks only (nbdev's own sidebar also lists nbdev.yml, sidebar.yml and styles.css)"
-    path, text = Path(nbs) / "sidebar.yml", sidebar_yml(nbs)
-    if not path.exists() or path.read_text() != text: path.write_text(text)
-    return path
+def story(nbs=NBS):
+    "Notebook paths (relative to nbs/) in the sidebar's reading order"
+    return [n for _, ns in sidebar_sections(nbs) for n in ns]
 
 def _yml_value(key, default=""):
     "A top-level-ish `key: value` from nbs/nbdev.yml (site-url, repo-url, repo-branch, title)"
@@ -110,7 +139,7 @@ def write_assets(out):
     "assets/: the theme's CSS, pygments' CSS for code, and MathJax (one script, its CHTML fonts, its licence); nothing is loaded from the web"
     from pygments.formatters import HtmlFormatter
     a = Path(out) / "assets"; (a / "mathjax").mkdir(parents=True, exist_ok=True)
-    shutil.copy(THEME / "site.css", a / "site.css")
+    shutil.copy(THEME / "site.css", a / "site.css"); shutil.copy(THEME / "site.js", a / "site.js")
     (a / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"))
     mj = mathjax_dir()
     shutil.copy(mj / "tex-chtml-full.js", a / "mathjax" / "tex-chtml-full.js")
@@ -127,14 +156,27 @@ def _inline_md(text):
     return re.sub(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])", r"<em>\1</em>", t)
 
 def _sidebar(entries, current, project, tagline):
-    items = []
+    "The sidebar: brand, search box, and the story's sections (a menu button folds it away on narrow screens)"
+    items, section = [], object()
     for e in entries:
+        if e["section"] != section:
+            if items: items.append("</ol></li>")
+            section = e["section"]
+            cur = ' class="current"' if any(x["page"] == current and x["section"] == section for x in entries) else ""
+            head = f'<p class="section-label">{html.escape(section)}</p>' if section else ""
+            items.append(f'<li class="section"{cur} data-section="{html.escape(section or "", quote=True)}">{head}<ol>')
         act = ' class="active" aria-current="page"' if e["page"] == current else ""
         num = f'<span class="num">{e["num"]}</span><span class="sep"> · </span>' if e["num"] else ""
         items.append(f'<li><a href="{e["page"]}"{act}>{num}<span class="label">{html.escape(e["label"])}</span></a></li>')
-    return (f'<nav class="sidebar" aria-label="Notebooks"><a class="brand" href="index.html">{html.escape(project)}</a>'
-            + (f'<p class="tagline">{html.escape(tagline)}</p>' if tagline else "")
-            + '<p class="toc-label">Notebooks</p><ol class="toc">' + "".join(items) + "</ol></nav>")
+    items.append("</ol></li>")
+    search = ('<form class="search" action="search.html" role="search"><label class="visually-hidden" for="search-q">Search the docs</label>'
+              '<input id="search-q" type="search" name="q" placeholder="Search the docs" autocomplete="off">'
+              '<div class="search-live" hidden></div></form>')
+    return (f'<nav class="sidebar" aria-label="Notebooks"><div class="sidebar-top"><a class="brand" href="index.html">{html.escape(project)}</a>'
+            '<button class="menu-toggle" type="button" aria-expanded="false" aria-controls="sidebar-body">Menu</button></div>'
+            f'<div class="sidebar-body" id="sidebar-body">'
+            + (f'<p class="tagline">{html.escape(tagline)}</p>' if tagline else "") + search
+            + '<ol class="toc">' + "".join(items) + "</ol></div></nav>")
 
 def _pager(entries, i):
     def link(e, cls, word):
@@ -143,6 +185,77 @@ def _pager(entries, i):
     prev = link(entries[i - 1], "prev", "← Previous") if i > 0 else ""
     nxt = link(entries[i + 1], "next", "Next →") if i + 1 < len(entries) else ""
     return f'<nav class="pager" aria-label="Previous and next notebook">{prev}{nxt}</nav>'
+
+# ---- stored outputs a reader can use: no machine paths, a repeated warning once ----
+_TMP = r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.-]+/[\w.-]+/T)/tmp[\w.-]+"
+_SITE_PKG = re.compile(r"(?<![\w.~:/])(?:/[\w.+-]+)+?/(?:site|dist)-packages/")
+
+def machine_roots(nbs_list):
+    "The repository folders stored outputs were run in (this checkout, and any `/…/` before `minbert_nb/`, `tests/`, `nbs/`)"
+    roots = {str(ROOT)}
+    pat = re.compile(r"(?<![\w.~:/])((?:/[\w.+-]+)+?)/(?:minbert_nb|tests|nbs|results|tools)/")
+    for nb in nbs_list:
+        for c in nb.cells:
+            for o in c.get("outputs", []) if c.cell_type == "code" else []:
+                for t in _output_texts(o):
+                    roots.update(r for r in pat.findall(t) if "-packages" not in r and not re.match(_TMP, r))
+    return sorted(roots, key=len, reverse=True)
+
+def scrub_paths(text, roots):
+    "Paths of the machine that ran a cell, shown relative: to the repository (`minbert_nb/data.py`, `../shared/data`), to a temporary run folder, to site-packages"
+    text = _SITE_PKG.sub("site-packages/", text)
+    text = re.sub(_TMP + r"/", "", text)                 # a temporary folder's contents: relative to it (`run/eval.json`)
+    text = re.sub(_TMP + r"(?![\w/])", "<tmp>", text)    # the temporary folder itself
+    for base, rel in [(r, "") for r in roots] + [(str(Path(r).parent), "../") for r in roots]:   # the repositories first, then beside them
+        if base in ("/", ""): continue
+        text = re.sub(re.escape(base) + r"/(?=[\w.~-])", rel, text)
+        text = re.sub(re.escape(base) + r"(?![\w/.-])", rel.rstrip("/") or ".", text)
+    return text
+
+def _output_texts(o):
+    if "text" in o: yield o["text"] if isinstance(o["text"], str) else "".join(o["text"])
+    for k, v in (o.get("data") or {}).items():
+        if k.startswith("text/") or k == "application/json": yield v if isinstance(v, str) else "".join(v) if isinstance(v, list) else ""
+    for t in o.get("traceback", []) or []: yield t
+
+_WARN_HEAD = re.compile(r"^\S.*?:\d+: \w*Warning: ")
+def _warning_records(text):
+    "Split stderr into records: a `file:line: XWarning: message` line with its indented source line(s), or one other line"
+    recs = []
+    for line in text.splitlines(keepends=True):
+        if recs and _WARN_HEAD.match(recs[-1][0]) and line.startswith((" ", "\t")) and not _WARN_HEAD.match(line): recs[-1].append(line)
+        else: recs.append([line])
+    return ["".join(r) for r in recs]
+
+def tidy_outputs(nb, roots):
+    "Scrub machine paths from every output; show each warning once per page (later repeats, in one block or another, are dropped)"
+    seen = set()
+    for c in nb.cells:
+        if c.cell_type != "code": continue
+        keep = []
+        for o in c.outputs:
+            if "text" in o:
+                t = scrub_paths(o["text"] if isinstance(o["text"], str) else "".join(o["text"]), roots)
+                if o.get("name") == "stderr":
+                    out = []
+                    for r in _warning_records(t):
+                        if _WARN_HEAD.match(r):
+                            key = _WARN_HEAD.sub("", r.splitlines()[0])
+                            if key in seen: continue
+                            seen.add(key)
+                        out.append(r)
+                    t = "".join(out)
+                    if not t.strip(): continue
+                o["text"] = t
+            for k, v in list((o.get("data") or {}).items()):
+                if k.startswith("text/") or k == "application/json":
+                    if isinstance(v, list): v = "".join(v)
+                    if isinstance(v, str): o["data"][k] = scrub_paths(v, roots)
+            if o.get("traceback"): o["traceback"] = [scrub_paths(t, roots) for t in o["traceback"]]
+            if "evalue" in o: o["evalue"] = scrub_paths(o["evalue"], roots)
+            keep.append(o)
+        c.outputs = keep
+    return nb
 
 def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
     """Links and images that work offline: the doc site's own absolute URLs and links to notebooks become relative pages, links to
@@ -180,22 +293,114 @@ def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
     body = re.sub(r'(<img\b[^>]*?\bsrc=")([^"]*)(")', img, body)
     return body.replace('alt="No description has been provided for this image"', 'alt="A figure output by a cell of this notebook"')
 
+# ---- after rendering: source links, notebook names as links, "on this page", the search index ----
+_BLOCK = {"p", "li", "td", "th", "div", "pre", "blockquote", "dd", "dt", "h4", "h5", "h6", "summary"}
+_SKIP_LINK = {"a", "pre", "script", "style", "textarea", "h1", "h2", "h3", "h4", "h5", "h6", "button", "summary"}
+
+def _linkify_notebooks(soup, root, nb_links, current):
+    "Every mention of a notebook (`08b_step`, 12_smart, nbs/13_pcgrad.ipynb) in prose, tables and show_doc text becomes a link to its page"
+    from bs4 import NavigableString
+    if not nb_links: return 0
+    pat = re.compile(r"(?<![\w/.-])(?:nbs/(?:[\w-]+/)*)?(" + "|".join(map(re.escape, sorted(nb_links, key=len, reverse=True))) + r")(?:\.ipynb)?(?![\w-])")
+    n = 0
+    for code in list(root.find_all("code")):
+        if code.find_parent(_SKIP_LINK) or code.find_parent(class_="jp-RenderedText"): continue
+        txt = code.get_text().strip()
+        m = pat.fullmatch(txt) or pat.match(txt)
+        sym = txt[m.end():] if m else ""
+        if m and (not sym or re.fullmatch(r"\.\w[\w.]*", sym)) and (nb_links[m.group(1)] != current or sym):   # `13_pcgrad.PCGrad`: its entry
+            a = soup.new_tag("a", href=(nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""))
+            a["class"] = "nb-link"; code.wrap(a); n += 1
+    for t in list(root.find_all(string=pat)):
+        if not isinstance(t, NavigableString) or t.find_parent(_SKIP_LINK | {"code"}) or t.find_parent(class_="jp-RenderedText"): continue
+        parts, last, s = [], 0, str(t)
+        for m in pat.finditer(s):
+            if nb_links[m.group(1)] == current: continue
+            parts += [s[last:m.start()], (nb_links[m.group(1)], m.group(0))]; last = m.end()
+        if not parts: continue
+        parts.append(s[last:])
+        for x in parts:
+            if isinstance(x, tuple):
+                a = soup.new_tag("a", href=x[0]); a["class"] = "nb-link"; a.string = x[1]; t.insert_before(a); n += 1
+            elif x: t.insert_before(NavigableString(x))
+        t.extract()
+    return n
+
+def _heading_text(h): return " ".join(h.get_text(" ").replace("¶", "").split())
+
+def module_pages(nb_pages):
+    "Module file (minbert_nb/smart.py) -> the page of the notebook that exports it, from `#| default_exp`"
+    out = {}
+    for f in notebooks():
+        m = re.search(r"#\|\s*default_exp\s+([\w.]+)", f.read_text())
+        if m and f.name in nb_pages: out["minbert_nb/" + m.group(1).replace(".", "/") + ".py"] = nb_pages[f.name]
+    return out
+
+def enhance_page(body, page, nb_links, module_page, repo_url):
+    """The page's "source" links, notebook names as links, the "on this page" list, and its search records [(heading, anchor, text)].
+    The repository address in nbs/nbdev.yml is not a published repository, so a show_doc entry's "source" link goes to the
+    notebook page that defines the name (its entry there), not to a line of a .py file nobody can open"""
+    from bs4 import BeautifulSoup
+    soup = BeautifulSoup(body, "html.parser")
+    main = soup.find("main")
+    for a in main.find_all("a", href=True):
+        if a.get_text().strip() != "source" or not (repo_url and a["href"].startswith(repo_url)): continue
+        h = a.find_next(re.compile(r"^h[2-6]$"))
+        name = _heading_text(h) if h else ""
+        mod = a["href"][len(repo_url):].split("/blob/", 1)[-1].split("/", 1)[-1].split("#")[0]
+        tgt = module_page.get(mod, page)
+        a["href"] = (tgt if tgt != page else "") + (f"#{h['id']}" if h is not None and h.get("id") else "")
+        nb = next((k for k, v in nb_links.items() if v == tgt), tgt)
+        a["title"] = f"{name} is defined in the notebook {nb} ({mod} is generated from it)"
+        a.string = f"defined in {nb}"; a["class"] = "source-link"
+    for a in main.find_all("a", href=True):   # a Markdown link to a notebook file (README style: nbs/guide.ipynb#x) -> its page
+        m = re.fullmatch(r"(?:\./|\.\./)?(?:nbs/)?(?:[\w-]+/)*([\w-]+)\.ipynb(#[\w-]*)?", a["href"])
+        if m: a["href"] = nb_page(m.group(1)) + (m.group(2) or "")
+    _linkify_notebooks(soup, main, nb_links, page)
+    # "on this page": the page's ## and ### headings (show_doc entries included)
+    heads = [h for h in main.find_all(["h2", "h3"]) if h.get("id")]
+    toc = ""
+    if heads:
+        lis = "".join(f'<li class="l{h.name[1]}"><a href="#{html.escape(h["id"], quote=True)}">{html.escape(_heading_text(h))}</a></li>' for h in heads)
+        toc = f'<details class="page-toc" open><summary>On this page</summary><ul>{lis}</ul></details>'
+    # search records: the page's text split at its ## / ### headings (prose, code, show_doc text; not plain cell outputs)
+    recs, cur, buf = [], ("", ""), []
+    skip = ("script", "style", "button")
+    from bs4 import NavigableString, Tag
+    for el in main.descendants:
+        if isinstance(el, Tag) and el.name in ("h2", "h3") and el.get("id"):
+            recs.append((cur, buf)); cur, buf = (_heading_text(el), el["id"]), []
+        elif isinstance(el, NavigableString) and el.strip():
+            par = el.parent
+            if par.name in skip or el.find_parent(["h2", "h3"]) or el.find_parent(class_="jp-RenderedText"): continue
+            gap = " " if par.name in _BLOCK and el.previous_sibling is None else ""   # words of adjacent blocks stay apart
+            buf.append(gap + str(el))
+    recs.append((cur, buf))
+    records = [[h, aid, " ".join("".join(b).replace("¶", "").split())[:4000]] for (h, aid), b in recs if b or h]
+    out = str(soup).replace("<!--PAGE-TOC-->", toc)
+    return out, records
+
+SEARCH_PAGE = "search.html"
+
 def site(out=ROOT / "_site"):
-    "Build the HTML site from nbs/ into `out`, in reading order (index, then notebooks by file name); returns the pages written"
+    "Build the HTML site from nbs/ into `out`, in the sidebar's reading order (nbs/sidebar.yml); returns the pages written"
     out = Path(out); shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
-    order = {p.name: i for i, p in enumerate(notebooks())}
-    procd = sorted(proc_nbs(), key=lambda p: (order.get(p.name, len(order)), p.name != "index.ipynb", p.name))
-    write_sidebar_yml()
+    sections = sidebar_sections()
+    proc_nbs()
     project = _yml_value("title", "minbert_nb")
     entries = []
-    for p in procd:
-        nb, front = _load(p)
-        title = front.get("title", p.stem).strip("\"'")
-        entries.append(dict(nb=p.name, page=front.get("output-file", nb_page(p.name)), title=title, num=nb_number(p.name),
-                            label="Overview" if p.name == "index.ipynb" and title == project else title,
-                            desc=front.get("description", "").strip("\"'"), cells=nb))
+    for section, rels in sections:
+        for rel in rels:
+            nb, front = _load(PROC / rel)
+            name = Path(rel).name
+            title = front.get("title", Path(rel).stem).strip("\"'")
+            entries.append(dict(nb=name, rel=rel, section=section, page=front.get("output-file", nb_page(name)), title=title, num=nb_number(name),
+                                label="Overview" if name == "index.ipynb" and title == project else title,
+                                desc=front.get("description", "").strip("\"'"), cells=nb))
     pages = {e["page"] for e in entries}
     nb_pages = {e["nb"]: e["page"] for e in entries}
+    nb_links = {Path(e["nb"]).stem: e["page"] for e in entries if e["num"]}
+    roots = machine_roots([e["cells"] for e in entries])
     tagline = next((e["desc"] for e in entries if e["nb"] == "index.ipynb"), "")
     site_url, repo_url, branch = _yml_value("site-url").rstrip("/"), _yml_value("repo-url").rstrip("/"), _yml_value("repo-branch", "main")
     write_assets(out)
@@ -205,22 +410,44 @@ def site(out=ROOT / "_site"):
     exp.register_preprocessor(CoalesceStreamsPreprocessor(enabled=True), enabled=True)  # progress bars: their last state, as Jupyter shows
     exp.register_preprocessor(ExtractOutputPreprocessor(extract_output_types={"image/png", "image/jpeg", "image/gif"},
                                                         output_filename_template="{unique_key}-{cell_index}-{index}{extension}", enabled=True), enabled=True)
+    module_page = module_pages(nb_pages)
+    search = []
     for i, e in enumerate(entries):
-        nb = e["cells"]
+        nb = tidy_outputs(e["cells"], roots)
         nb.cells = [c for c in nb.cells if not (c.cell_type == "markdown" and re.fullmatch(r"\s*<!--.*?-->\s*", c.source, re.S))]
         for c in nb.cells:
             if c.cell_type != "code": continue
             if c.metadata.get("transient", {}).get("remove_source"): c.source = ""  # show_doc cells: output only
             c.source = re.sub(r"^#\|.*(\n|$)", "", c.source, flags=re.M)       # cell options, as Quarto hides them
             if not c.source.strip(): c.metadata["tags"] = ["remove_input"]
+        src = f"nbs/{e['rel']}"
         res = {"unique_key": Path(e["page"]).stem, "output_files_dir": "figures",
                "site": dict(page=e["page"], title=e["title"], description=e["desc"].replace("`", ""), description_html=_inline_md(e["desc"]),
-                            project=project, source=f"nbs/{e['nb']}",
+                            project=project, source=src, section=e["section"] or "",
                             sidebar=_sidebar(entries, e["page"], project, tagline), pager=_pager(entries, i))}
         body, res = exp.from_notebook_node(nb, resources=res)
         for name, data in (res.get("outputs") or {}).items():
             f = out / name; f.parent.mkdir(parents=True, exist_ok=True); f.write_bytes(data)
-        (out / e["page"]).write_text(_fix_page(body, e["page"], pages, nb_pages, out, site_url, repo_url, branch))
+        body = _fix_page(body, e["page"], pages, nb_pages, out, site_url, repo_url, branch)
+        body, recs = enhance_page(body, e["page"], nb_links, module_page, repo_url)
+        (out / e["page"]).write_text(body)
+        search.append(dict(u=e["page"], t=(f'{e["num"]} · ' if e["num"] else "") + e["title"], d=e["desc"].replace("`", ""),
+                           g=e["section"] or "", s=recs))
+    # the search page and its index (a script, so that search works from file:// too)
+    idx = json.dumps(search, ensure_ascii=False, separators=(",", ":"))
+    (out / "assets" / "search-index.js").write_text(f"window.MINBERT_SEARCH={idx};\n")
+    sp = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("SEARCH-PAGE-BODY")])
+    sp.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}, "language_info": {"name": "python"}}
+    res = {"unique_key": "search", "site": dict(page=SEARCH_PAGE, title="Search", description="", description_html="", project=project, source="",
+                                                section="", sidebar=_sidebar(entries, SEARCH_PAGE, project, tagline), pager="")}
+    body, _ = exp.from_notebook_node(sp, resources=res)
+    form = ('<div id="search-page" data-pages="%d"><form class="search-big" action="search.html" role="search">'
+            '<input type="search" name="q" aria-label="Search the docs" placeholder="Search every page"><button type="submit">Search</button></form>'
+            '<p class="search-status"></p><ol class="search-results"></ol>'
+            '<noscript><p>Search needs JavaScript; the sidebar lists every page.</p></noscript></div>') % len(entries)
+    body = re.sub(r"<p>\s*SEARCH-PAGE-BODY\s*</p>", form, body).replace("<!--PAGE-TOC-->", "")
+    body = body.replace('<script defer src="assets/site.js"></script>', '<script src="assets/search-index.js"></script><script defer src="assets/site.js"></script>')
+    (out / SEARCH_PAGE).write_text(body)
     return [e["page"] for e in entries]
 
 def readme_text(proc=True):
