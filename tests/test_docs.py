@@ -59,6 +59,7 @@ SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (1
 
 SECTIONS = ["Start here", "Model", "Data", "Training", "Parameter-efficient modules", "Multitask optimisation", "Experiments"]
 WALKTHROUGHS = {"19_reproduce_a_table", "20_inspect_a_model", "23_use_a_trained_model"}
+START_HERE = {"guide"} | WALKTHROUGHS   # the guide (every command and option) first, then the walkthroughs
 MACHINE_PATH = re.compile(r"(?<![\w.~:/])/(?:work|tmp|home|root|Users|private|var/folders|mnt|opt/conda)/|[\w/]+/site-packages/")
 
 def _all_notebooks():
@@ -132,7 +133,7 @@ def test_sidebar_yml_places_every_notebook_in_the_story_sections():
     assert len(names) == len(set(names)) and listed[0] == (None, ["index.ipynb"])
     assert [sec for sec, _ in listed if sec] == SECTIONS, "the sidebar's sections are not the story's"
     start = dict((sec, ns) for sec, ns in listed if sec)["Start here"]
-    assert {Path(n).stem for n in start} == WALKTHROUGHS, "the walkthroughs are the 'Start here' section"
+    assert {Path(n).stem for n in start} == START_HERE, "the guide and the walkthroughs are the 'Start here' section"
     assert [s for s, _ in docs.sidebar_sections()][1:] == SECTIONS, "tools/docs.py does not read the sections of nbs/sidebar.yml"
 
 def test_pages_in_reading_order_with_numbered_sidebar(site):
