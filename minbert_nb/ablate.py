@@ -25,8 +25,8 @@ from .ensemble import ensemble_runs
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R', 'table',
            'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part', 'run_row',
-           'our_value', 'table_frame', 'table_markdown', 'plot_table', 'pareto', 'plot_frontier', 'run_table',
-           'write_table', 'ablate_parser', 'list_tables', 'minbert_ablate']
+           'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'pareto', 'plot_frontier',
+           'seed_dir', 'parse_seeds', 'run_table', 'write_table', 'ablate_parser', 'list_tables', 'minbert_ablate']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -113,10 +113,10 @@ def table(id:str, caption:str, columns:dict, rows:list, **kw) -> PaperTable:
 # %% ../nbs/16_ablate.ipynb #21e70308
 _S000 = dict(PRESETS["sbert"], mode="finetune", lr_adapters=1e-4)   # seed 000's recipe (Sec. 5)
 _BASE = dict(pooling="cls", head_layers=2, pair_features="uv", sts_head="features", pair_mode="bi")             # "Base BERT"
-_SBERT = dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="cosine", cosine_floor=0.0, pair_mode="bi")  # "Sentence-BERT"
+_SBERT = dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="cosine", cosine_floor=-1.0, pair_mode="bi")  # "Sentence-BERT"
 _MODULES = {"-": dict(peft="none"), "PAL": dict(peft="pal", pal_size=204), "Prefix": dict(peft="prefix", prefix_len=10, prefix_init="hidden"),
             "Adapter": dict(peft="adapter", adapter_size=64)}
-_P000 = "seed 000, percentages; Avg is the plain mean of the three scores"
+_P000 = "seed 000, percentages; Avg is the plain mean of the three scores; cosine STS is (cos + 1) * 5/2, the report's 'normalized ... to [0, 5]'"
 
 table("000-T3", "Table 3: Results of default minBERT implementation. The evaluation metric is accuracy.",
       {"SST": "sst_acc", "CFIMDB": "cfimdb_acc"}, [
@@ -145,7 +145,7 @@ table("000-T4", "Table 4: Results of multi-task learning on SST, Quora, and STS 
       {"Trainable Param (M)": "params", "SST": "sst_acc", "Quora": "para_acc", "STS": "sts_corr", "Avg": "avg"}, _T4_ROWS,
       base=_S000, percent=True, frontier=True, source="000 lines 149-168", note=_P000)
 
-_F = lambda cos, mean, d: dict(_BASE, sts_head="cosine" if cos else "features", cosine_floor=0.0, pooling="mean" if mean else "cls",
+_F = lambda cos, mean, d: dict(_BASE, sts_head="cosine" if cos else "features", cosine_floor=-1.0, pooling="mean" if mean else "cls",
                                pair_features="uvd" if d else "uv")
 table("000-T6", "Table 6: Analysis of Sentence-BERT features", {"SST": "sst_acc", "Quora": "para_acc", "STS": "sts_corr", "Avg": "avg"}, [
       R("Base BERT", (50.0, 81.5, 43.7, 58.4), **_F(0, 0, 0)),
@@ -190,7 +190,7 @@ table("000-T11", "Table 11: Result of different training datasets on performance
 
 # %% ../nbs/16_ablate.ipynb #6171a433
 _S002 = dict(PRESETS["baseline"], hidden_dropout=None, lr_heads=1e-5, pair_features="sum")   # [CLS], linear heads on u + v, round-robin, batch 8
-_COS = dict(sts_head="cosine", cosine_floor=0.0)
+_COS = dict(sts_head="cosine", cosine_floor=-1.0)   # (cos + 1) * 5/2, as seed 002 maps the cosine
 _ANN = lambda steps: dict(sampler="annealed", steps_per_epoch=steps, upweight={"sst": 2, "sts": 2})
 _EP = lambda e: dict(epochs=e, scaled=dict(epochs=max(1, math.ceil(e / 20))))
 _MNRL = dict(contrastive_sources="para,sts", phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32, epochs=3),
@@ -224,7 +224,7 @@ table("002-T2", "Table 2: Performance scores on dev sets for different models.",
       R("4-ensemble", (0.518, 0.780, 0.664, 0.710), ensemble=_ENS4, ensemble_methods=_VOTE),
       R("5-ensemble", (0.519, 0.776, 0.651, 0.707), ensemble=_ENS4 + ("lora-concatembed-80-4e-04",), ensemble_methods=_VOTE)],
       base=_S002, frontier=True, vary=("epochs",), source="002 lines 205-227",
-      note="fractions; Overall Score is CS224N's (STS mapped to [0, 1]); rows without 'anneal' use round-robin")
+      note="fractions; Overall Score is CS224N's (STS mapped to [0, 1]); rows without 'anneal' use round-robin; cosine STS is (cos + 1) * 5/2")
 
 # %% ../nbs/16_ablate.ipynb #9e5e2fa6
 _S003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5)
@@ -434,6 +434,25 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
         lines.append(line)
     return pd.DataFrame(lines)
 
+def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
+    "`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1), `seeds` their number"
+    frames = [table_frame(table, recs, scale) for _, recs in sorted(per_seed.items())]
+    df = frames[0].copy()
+    ok = pd.concat([f["status"].str.startswith("ok") for f in frames], axis=1)
+    df["seeds"] = ok.sum(axis=1).astype(int)
+    for c in [*table.columns, None]:
+        col = f"ours {c}" if c else "trainable_M"
+        v = pd.concat([pd.to_numeric(f[col], errors="coerce") for f in frames], axis=1)
+        df[col] = v.mean(axis=1)
+        if c: df[f"sd {c}"] = v.std(axis=1, ddof=1)
+    df["wall_s"] = pd.concat([f["wall_s"] for f in frames], axis=1).sum(axis=1, min_count=1)
+    for i in range(len(df)):
+        first = next((f for f, o in zip(frames, ok.iloc[i]) if o), frames[0])       # backbone, data, note of a seed that ran
+        df.loc[i, ["backbone", "data", "status"]] = first.loc[i, ["backbone", "data", "status"]]
+        n = df.loc[i, "seeds"]
+        if 0 < n < len(frames): df.loc[i, "status"] = f"ok on {n} of {len(frames)} seeds"
+    return df
+
 def _fmt(v, percent:bool, paper:bool, params:bool=False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)): return "–"
     if paper: return f"{v:g}" if isinstance(v, (int, float)) else str(v)
@@ -444,18 +463,22 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
     "The table as Markdown: caption, then one line per paper row (paper and ours side by side)"
     cols = list(table.columns)
     own_params = "params" not in table.columns.values()      # a table without a parameter column still gets ours
+    seeds = "seeds" in df.columns                            # a table over seeds: ours as mean ± sd
     head = ["row", *[f"{w} {c}" for c in cols for w in ("paper", "ours")], *(["trainable (M)"] if own_params else []),
-            "backbone", "data", "scale", "wall time", "status"]
+            "backbone", "data", "scale", *(["seeds"] if seeds else []), "wall time", "status"]
     out = [f"**{table.id}** — {table.caption}", "",
-           f"Scale `{scale}`; {table.note}. Paper: {table.split} scores as printed" + (f"; ours from commit {commit}" if commit else "") + ".", "",
+           f"Scale `{scale}`; {table.note}. Paper: {table.split} scores as printed" + (f"; ours from commit {commit}" if commit else "")
+           + ("; ours: mean ± standard deviation over the seeds" if seeds else "") + ".", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, l in df.iterrows():
         cells = [l["row"].replace("|", "\\|")]
         for c in cols:
             k = table.columns[c]; pct = table.percent and k != "params"
-            cells += [_fmt(l[f"paper {c}"], pct, True), _fmt(l[f"ours {c}"], pct, False, params=k == "params")]
+            o = _fmt(l[f"ours {c}"], pct, False, params=k == "params")
+            if seeds and not pd.isna(l[f"sd {c}"]): o += " ± " + _fmt(l[f"sd {c}"], pct, False, params=k == "params")
+            cells += [_fmt(l[f"paper {c}"], pct, True), o]
         wall = "" if pd.isna(l["wall_s"]) else f"{l['wall_s']:.0f} s"
-        cells += [*([_fmt(l["trainable_M"], True, False, params=True)] if own_params else []), l["backbone"], l["data"], l["scale"], wall, l["status"].replace("|", "\\|")]
+        cells += [*([_fmt(l["trainable_M"], True, False, params=True)] if own_params else []), l["backbone"], l["data"], l["scale"], *([l["seeds"]] if seeds else []), wall, l["status"].replace("|", "\\|")]
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(out) + "\n"
 
@@ -469,7 +492,9 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
     for ax, c in zip(axs[0], cols):
         paper = pd.to_numeric(df[f"paper {c}"], errors="coerce"); ours = pd.to_numeric(df[f"ours {c}"], errors="coerce")
         ax.barh(y - 0.2, paper, height=0.38, color="0.7", label="paper")
-        ax.barh(y + 0.2, ours, height=0.38, color="tab:blue", label="ours")
+        sd = pd.to_numeric(df[f"sd {c}"], errors="coerce").fillna(0) if f"sd {c}" in df else None   # over seeds
+        ax.barh(y + 0.2, ours, height=0.38, color="tab:blue", label="ours" + (" (mean ± sd)" if sd is not None else ""), xerr=sd,
+                error_kw=dict(lw=0.8, capsize=2))
         for i in np.where(ours.isna())[0]: ax.text(0, y[i] + 0.2, " not run", va="center", fontsize=6, color="tab:red")
         ax.set_title(c, fontsize=9); ax.tick_params(labelsize=7); ax.grid(axis="x", alpha=0.3)
     axs[0][0].set_yticks(y, [r if len(r) <= 38 else r[:36] + "…" for r in df["row"]]); axs[0][0].invert_yaxis()
@@ -527,28 +552,52 @@ def _check_out(out:Path, want:dict):
                                   "runs cannot share a table.")
     out.mkdir(parents=True, exist_ok=True); write_json(want, f)
 
-def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
-              progress:bool=True, keep_checkpoints:bool=False) -> pd.DataFrame:
-    "Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`; write table.csv, table.md and the figures"
-    if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate --list` shows the {len(TABLES)} tables.")
-    table, out = TABLES[table_id], Path(out)
-    if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
-    todo = _select(table, rows)
-    _check_out(out, dict(table=table.id, scale=scale, backbone=backbone))
-    over = dict(backbone=backbone, data_dir=data_dir, device=device)
-    records = {}
-    for r in tqdm(todo, desc=f"{table.id} ({scale})", unit="row", disable=not progress):
-        records[r.name] = run_row(table, r, out, scale, progress, keep_checkpoints, **over)
+def seed_dir(out, seed:int) -> Path:
+    "The folder of one seed's rows inside a table's output folder (`--seeds`): `OUT/seed-K/rows/NN-slug/`"
+    return Path(out)/f"seed-{int(seed)}"
+
+def parse_seeds(seeds) -> list|None:
+    "`--seeds 0,1,2` (or a list) as distinct ints; None stays None (one run per row, the config's own seed)"
+    if seeds is None: return None
+    try: s = [int(x) for x in (seeds.split(",") if isinstance(seeds, str) else seeds)]
+    except ValueError: s = []
+    if not s or len(set(s)) != len(s): raise ValueError(f"--seeds {seeds!r}: give distinct integers, e.g. 0,1,2.")
+    return s
+
+def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too
         f = row_dir(out, table, r)/"row.json"
         if r.name not in records and f.is_file(): records[r.name] = json.loads(f.read_text())
-    return write_table(table, records, out, scale)
+    return records
 
-def write_table(table:PaperTable, records:dict, out, scale:str) -> pd.DataFrame:
-    "table.csv, table.md and figures/table.png (and figures/frontier.png) of `records` in `out`"
+def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
+              progress:bool=True, keep_checkpoints:bool=False, seeds=None) -> pd.DataFrame:
+    "Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md and the figures"
+    if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate --list` shows the {len(TABLES)} tables.")
+    table, out = TABLES[table_id], Path(out)
+    if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
+    todo, seeds = _select(table, rows), parse_seeds(seeds)
+    if seeds is None and any(out.glob("seed-*")): raise ValueError(f"{out} holds runs per seed: give --seeds.")
+    if seeds is not None and (out/"rows").is_dir(): raise ValueError(f"{out} holds a single-seed table (rows/): give another --out for --seeds.")
+    _check_out(out, dict(table=table.id, scale=scale, backbone=backbone))
+    over = dict(backbone=backbone, data_dir=data_dir, device=device)
+    if seeds is None:
+        records = {r.name: run_row(table, r, out, scale, progress, keep_checkpoints, **over)
+                   for r in tqdm(todo, desc=f"{table.id} ({scale})", unit="row", disable=not progress)}
+        return write_table(table, _done(table, out, records), out, scale)
+    per_seed = {}
+    for s in seeds:                               # a whole table per seed: an interrupted run leaves whole seeds behind it
+        per_seed[s] = {r.name: run_row(table, r, seed_dir(out, s), scale, progress, keep_checkpoints, seed=s, **over)
+                       for r in tqdm(todo, desc=f"{table.id} ({scale}, seed {s})", unit="row", disable=not progress)}
+    for d in out.glob("seed-*"):                  # seeds run earlier belong in the table too
+        if d.name[5:].lstrip("-").isdigit(): _done(table, d, per_seed.setdefault(int(d.name[5:]), {}))
+    return write_table(table, dict(sorted(per_seed.items())), out, scale, per_seed=True)
+
+def write_table(table:PaperTable, records:dict, out, scale:str, per_seed:bool=False) -> pd.DataFrame:
+    "table.csv, table.md and figures/table.png (and figures/frontier.png) of `records` (per seed: {seed: records}) in `out`"
     out, cv = Path(out), code_version()
     commit = cv.get("git", "") + ("+dirty" if cv.get("dirty") else "")
-    df = table_frame(table, records, scale)
+    df = seeds_frame(table, records, scale) if per_seed else table_frame(table, records, scale)
     df.to_csv(out/"table.csv", index=False)
     (out/"table.md").write_text(table_markdown(table, df, scale, commit))
     plot_table(table, df, out/"figures"/"table.png", f"{table.id} {scale} {out.name}", cv.get("git"))
@@ -567,6 +616,10 @@ def ablate_parser() -> argparse.ArgumentParser:
     p.add_argument("--data_dir", help="data folder (default: $MINBERT_DATA or ../shared/data)")
     p.add_argument("--device", help="cpu | cuda | mps (default: the best available)")
     p.add_argument("--keep_checkpoints", action="store_true", help="keep each run's best.pt / last.pt")
+    p.add_argument("--seeds", help="run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd")
+    p.add_argument("--report", action="store_true", help="no training: the claims' verdicts from the run folders under --results")
+    p.add_argument("--results", default="results/ablate", help="with --report: where the tables' run folders are")
+    p.add_argument("--report_out", default="results/reproduction", help="with --report: where claims.csv, report.md and figures go")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
@@ -581,8 +634,13 @@ def minbert_ablate(argv=None):
     a = ablate_parser().parse_args(argv)
     try:
         if a.list: print(list_tables(a.table)); return
+        if a.report:
+            from minbert_nb.claims import write_report         # 16a_claims builds on this module
+            df = write_report(a.results, a.report_out)
+            print(df["verdict"].value_counts().to_string()); print(f"-> {Path(a.report_out)/'claims.csv'}, {Path(a.report_out)/'report.md'}"); return
         if not a.table: sys.exit("minbert_ablate: give --table ID (or --list to see them).")
         out = Path(a.out or f"runs/ablate-{a.table}-{a.scale}")
-        run_table(a.table, out, a.scale, a.rows, a.backbone, a.data_dir, a.device, progress=not a.quiet, keep_checkpoints=a.keep_checkpoints)
+        run_table(a.table, out, a.scale, a.rows, a.backbone, a.data_dir, a.device, progress=not a.quiet, keep_checkpoints=a.keep_checkpoints,
+                  seeds=a.seeds)
     except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")

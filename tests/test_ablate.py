@@ -84,3 +84,56 @@ def test_offline_backbone_is_marked(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     df = A.run_table("000-T10", tmp_path/"t", "tiny", rows=[1], backbone="no-such-org/no-such-bert", data_dir=str(SAMPLE), progress=False)
     assert df.loc[0, "status"].startswith("not run: backbone 'no-such-org/no-such-bert' is not available here")
+
+def _fake(folder, **m):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder/"metrics.json").write_text(json.dumps(m)); (folder/"row.json").write_text(json.dumps(dict(status="ok", metrics=m)))
+
+def _table_dir(root, tid, name, scale):
+    d = root/"results"/"ablate"/name; d.mkdir(parents=True)
+    (d/"ablate.json").write_text(json.dumps(dict(table=tid, scale=scale, backbone=None))); return d
+
+def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
+    "`minbert_ablate --report` on run folders written here: every verdict and interval against numbers computed by hand"
+    import pandas as pd
+    import minbert_nb.claims as C
+    t3, t10, t0 = A.TABLES["003-T2"], A.TABLES["000-T10"], A.TABLES["000-T3"]
+    d = _table_dir(tmp_path, "003-T2", "003-T2-quick", "quick")           # three seeds
+    for i, s in enumerate((0, 1, 2)):
+        r4 = dict(sst_acc=0.5, para_acc=0.7, sts_corr=(0.50, 0.55, 0.60)[i])
+        _fake(A.row_dir(A.seed_dir(d, s), t3, t3.row("R4")), **r4)
+        _fake(A.row_dir(A.seed_dir(d, s), t3, t3.row("R2")), sst_acc=0.5, para_acc=0.7, sts_corr=(0.40, 0.41, 0.42)[i])
+        _fake(A.row_dir(A.seed_dir(d, s), t3, t3.row("R6")), **{k: v + 0.03 for k, v in r4.items()})
+    d = _table_dir(tmp_path, "000-T10", "000-T10-quick", "quick")         # two seeds
+    for s, sst in ((0, 0.50), (1, 0.53)):
+        _fake(A.row_dir(A.seed_dir(d, s), t10, t10.row("Annealed")), sst_acc=sst, para_acc=0.8, sts_corr=0.7)
+        _fake(A.row_dir(A.seed_dir(d, s), t10, t10.row("Round Robin")), sst_acc=0.4, para_acc=0.7, sts_corr=0.6)
+    d = _table_dir(tmp_path, "000-T3", "tiny/000-T3", "tiny")             # the single-seed layout, a row of two parts
+    for row, sst in (("Finetune", 0.5), ("Pretrain", 0.4)):
+        f = A.row_dir(d, t0, t0.row(row)); f.mkdir(parents=True); (f/"row.json").write_text("{}")
+        _fake(f/"part1-sst", sst_acc=sst); _fake(f/"part2-cfimdb", cfimdb_acc=0.9)
+    monkeypatch.chdir(tmp_path)
+    A.minbert_ablate(["--report", "--results", "results/ablate", "--report_out", "results/reproduction"])
+    csv = pd.read_csv("results/reproduction/claims.csv")
+    assert tuple(csv.columns) == ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds",
+                                  "verdict", "a_runs", "b_runs")
+    got = csv.set_index("claim")
+    h = 4.302653 * 0.04 / 3 ** 0.5                                         # t(0.975, 2) * sd / sqrt(3); diffs 0.10, 0.14, 0.18
+    r = got.loc["003-T2-cosine-sts"]
+    assert (r.verdict, r.seeds, r.metric) == ("reproduced", 3, "sts_corr")
+    assert abs(r.ours_diff - 0.14) < 1e-9 and abs(r.ci_low - (0.14 - h)) < 1e-5 and abs(r.ci_high - (0.14 + h)) < 1e-5
+    assert abs(r.paper_diff - (0.486 - 0.417)) < 1e-9
+    assert r.a_runs == ";".join(f"results/ablate/003-T2-quick/seed-{s}/rows/04-R4" for s in (0, 1, 2))
+    r = got.loc["003-T2-smart"]                                            # the paper: R6 < R4; here R6 is 0.03 better at every seed
+    assert r.verdict == "contradicted" and abs(r.ours_diff - 0.03) < 1e-9 and abs(r.ci_low - 0.03) < 1e-9
+    r = got.loc["000-T10-annealed"]                                         # percentages; diffs 10 and 11 points, two seeds only
+    h2 = 12.706205 * 0.5 ** 0.5 / 2 ** 0.5
+    assert (r.verdict, r.seeds) == ("inconclusive", 2) and abs(r.ours_diff - 10.5) < 1e-6 and abs(r.ci_low - (10.5 - h2)) < 1e-4
+    r = got.loc["000-T3-finetune-sst"]                                      # one seed: no interval
+    assert (r.verdict, r.seeds) == ("inconclusive", 1) and pd.isna(r.ci_low) and abs(r.ours_diff - 10.0) < 1e-9
+    assert r.a_runs == "results/ablate/tiny/000-T3/rows/01-Finetune/part1-sst;results/ablate/tiny/000-T3/rows/01-Finetune/part2-cfimdb"
+    assert got.loc["004-T2-concat-sts", "verdict"] == "not run" and len(csv) == len(C.CLAIMS)
+    md = Path("results/reproduction/report.md").read_text()
+    assert md.splitlines()[2].startswith("**reproduced** 1 · **contradicted** 1 · **inconclusive** ")
+    assert "### 000-T10-annealed: inconclusive (too few seeds)" in md
+    assert Path("results/reproduction/figures/003-T2.png").is_file()
