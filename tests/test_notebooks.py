@@ -3,7 +3,8 @@ import json, re
 from pathlib import Path
 import pytest
 
-NBS = sorted((Path(__file__).resolve().parents[1] / "nbs").glob("[0-9]*.ipynb"))
+_NBS = Path(__file__).resolve().parents[1] / "nbs"
+NBS = sorted(_NBS.glob("[0-9]*.ipynb")) + sorted(_NBS.glob("tutorials/*.ipynb"))   # the modules, then the walkthroughs (nbs/tutorials/)
 _IMPORT = re.compile(r"^\s*(from\s+\S+\s+)?import\s+\S+", re.M)
 
 def _cells(nb): return [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
