@@ -1,11 +1,21 @@
 __version__ = "0.1.0"
 
-# `from minbert_nb import Predictor`: resolved on first use (PEP 562), so that importing any other module of the package
-# (`minbert_nb.core`, ...) does not load the training stack that the predictor needs
-__all__ = ["Predictor"]
+# The main names, importable from the package itself (`from minbert_nb import TrainConfig, MultitaskBert, load_run`, as
+# `from transformers import BertModel`). Each is resolved on first use (PEP 562), so that importing one module of the
+# package (`minbert_nb.core`, ...) does not load the training stack.
+_HOMES = {
+    "BertModel": "bert", "BertConfig": "bert", "load_bert": "pretrained", "load_tokenizer": "pretrained",
+    "MultitaskBert": "multitask", "ModelConfig": "multitask", "fake_batch": "multitask",
+    "PeftConfig": "peft", "inject_peft": "peft", "AdamW": "optimizer",
+    "TrainStep": "step", "StepContext": "step", "SmartTerm": "smart", "PCGradGrads": "step",
+    "TrainConfig": "config", "PRESETS": "config", "preset_config": "config", "build_data": "run_data",
+    "train": "train", "Run": "train", "load_run": "train", "score_dev": "train", "train_phases": "phases", "run_training": "phases",
+    "evaluate": "evaluate", "overall_score": "evaluate", "Predictor": "predictor", "export_run": "export",
+}
+__all__ = list(_HOMES)
 
 def __getattr__(name):
-    if name == "Predictor":
-        from .predictor import Predictor
-        return Predictor
+    if name in _HOMES:
+        import importlib
+        return getattr(importlib.import_module(f".{_HOMES[name]}", __name__), name)
     raise AttributeError(f"module 'minbert_nb' has no attribute {name!r}")

@@ -6,27 +6,30 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16_ablate.ipynb #8f0298e2
 from __future__ import annotations
-import argparse, dataclasses, json, math, re, shutil, sys, time
+import json, math, re, shutil, sys, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
-from .core import set_seed, default_device, stamp_figure
-from .checkpoint import code_version
-from .data import DataError, ensure_data, find_data_dir, sample_data_dir
+from .core import set_seed, default_device, stamp_figure, cli, code_version
+from .data import DataError, find_data_dir, sample_data_dir
+from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded
 from .multitask import MultitaskBert
+from .peft import plot_frontier
 from .evaluate import overall_score
-from .train import PRESETS, TrainConfig, train, load_run, score_dev, write_json
+from .config import PRESETS, TrainConfig
+from .checkpoint import write_json
+from .train import load_run, score_dev
+from .phases import run_training
 from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R', 'table',
            'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part', 'run_row',
-           'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'pareto', 'plot_frontier',
-           'seed_dir', 'parse_seeds', 'run_table', 'write_table', 'ablate_parser', 'list_tables', 'minbert_ablate']
+           'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
+           'parse_seeds', 'run_table', 'write_table', 'list_tables', 'minbert_ablate']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -351,7 +354,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
         if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
-        m = train(c, progress=progress, resume=resume)
+        m = run_training(c, progress=progress, resume=resume)
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
         m.update(score_dev(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
@@ -505,13 +508,8 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
-def pareto(params, scores) -> np.ndarray:
-    "Mask of the Pareto-optimal points: no other point has as few parameters and as high a score, and strictly one of them"
-    p, s = np.asarray(params, float), np.asarray(scores, float)
-    return np.array([not np.any((p <= p[i]) & (s >= s[i]) & ((p < p[i]) | (s > s[i]))) for i in range(len(p))])
-
-def plot_frontier(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str|None=None):
-    "Score vs trainable parameters (log scale) for every row that has both, with the Pareto frontier; the paper's beside ours"
+def plot_table_frontier(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str|None=None):
+    "Score vs trainable parameters (log scale) for every row that has both, with the Pareto frontier (`plot_frontier`); the paper's beside ours"
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     score = next(c for c, k in table.columns.items() if k in ("avg", "overall"))
     pcol = next((c for c, k in table.columns.items() if k == "params"), None)
@@ -519,16 +517,8 @@ def plot_frontier(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:
     if pcol: sets.append(("paper", df[f"paper {pcol}"], df[f"paper {score}"]))   # the paper's own counts (bert-base-uncased)
     fig, axs = plt.subplots(1, len(sets), figsize=(6 * len(sets), 4.4), squeeze=False)
     for ax, (who, p, s) in zip(axs[0], sets):
-        p, s = pd.to_numeric(p, errors="coerce"), pd.to_numeric(s, errors="coerce")
-        ok = p.notna() & s.notna() & (p > 0)
-        if not ok.any(): ax.text(0.5, 0.5, "no row with both numbers", ha="center", transform=ax.transAxes); continue
-        pp, ss, names = p[ok].to_numpy(), s[ok].to_numpy(), df["row"][ok].to_numpy()
-        front = pareto(pp, ss)
-        ax.scatter(pp[~front], ss[~front], color="0.55", s=22); ax.scatter(pp[front], ss[front], color="tab:orange", s=30, label="frontier")
-        o = np.argsort(pp[front]); ax.step(pp[front][o], ss[front][o], where="post", color="tab:orange", alpha=0.7)
-        for x, yv, n in zip(pp, ss, names): ax.annotate(n if len(n) <= 30 else n[:28] + "…", (x, yv), fontsize=5.5, xytext=(3, 2), textcoords="offset points")
-        ax.set_xscale("log"); ax.set_xlabel("trainable parameters (M, log scale)"); ax.set_ylabel(score); ax.set_title(who, fontsize=9)
-        ax.grid(alpha=0.3); ax.legend(fontsize=7)
+        plot_frontier(pd.DataFrame({"trainable parameters (M)": p.to_numpy(), score: s.to_numpy(), "row": df["row"].to_numpy()}), x="trainable parameters (M)",
+                      y=score, label="row", group=None, ax=ax, title=who)
     fig.suptitle(f"{table.id}: parameter efficiency", fontsize=9); fig.tight_layout(rect=(0, 0.02, 1, 1))
     stamp_figure(fig, stamp or table.id, commit)
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
@@ -601,46 +591,35 @@ def write_table(table:PaperTable, records:dict, out, scale:str, per_seed:bool=Fa
     df.to_csv(out/"table.csv", index=False)
     (out/"table.md").write_text(table_markdown(table, df, scale, commit))
     plot_table(table, df, out/"figures"/"table.png", f"{table.id} {scale} {out.name}", cv.get("git"))
-    if table.frontier: plot_frontier(table, df, out/"figures"/"frontier.png", f"{table.id} {scale} {out.name}", cv.get("git"))
+    if table.frontier: plot_table_frontier(table, df, out/"figures"/"frontier.png", f"{table.id} {scale} {out.name}", cv.get("git"))
     return df
 
 # %% ../nbs/16_ablate.ipynb #1b13ae96
-def ablate_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="minbert_ablate", description="Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers.")
-    p.add_argument("--list", action="store_true", help="print every table id with its caption (with --table: its rows)")
-    p.add_argument("--table", help="table id, e.g. 000-T10 (see --list)")
-    p.add_argument("--scale", default="quick", choices=list(SCALES), help="tiny: a smoke test; quick: minutes per row on 2 CPU cores; full: the papers' budgets")
-    p.add_argument("--out", help="output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again")
-    p.add_argument("--rows", help="1-based rows to run, e.g. 1,3 (default: all)")
-    p.add_argument("--backbone", help="backbone for every row (default: the embedded all-MiniLM-L6-v2)")
-    p.add_argument("--data_dir", help="data folder (default: $MINBERT_DATA or ../shared/data)")
-    p.add_argument("--device", help="cpu | cuda | mps (default: the best available)")
-    p.add_argument("--keep_checkpoints", action="store_true", help="keep each run's best.pt / last.pt")
-    p.add_argument("--seeds", help="run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd")
-    p.add_argument("--report", action="store_true", help="no training: the claims' verdicts from the run folders under --results")
-    p.add_argument("--results", default="results/ablate", help="with --report: where the tables' run folders are")
-    p.add_argument("--report_out", default="results/reproduction", help="with --report: where claims.csv, report.md and figures go")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    return p
-
 def list_tables(table_id:str|None=None) -> str:
     "Every table id with its caption, or the rows of one table"
     if table_id is None: return "\n".join(f"{t.id:8s} {len(t.rows):2d} rows  {t.caption}" for t in TABLES.values())
     t = TABLES[table_id]
     return "\n".join([t.caption] + [f"{i:3d}. {r.name}" + (f"  [cannot run: {r.needs}]" if r.needs else "") for i, r in enumerate(t.rows, 1)])
 
-def minbert_ablate(argv=None):
-    "Console entry point: `minbert_ablate --table 000-T10 --scale quick`"
-    a = ablate_parser().parse_args(argv)
+@cli
+def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
+                   table:str=None,            # table id, e.g. 000-T10 (see --list)
+                   scale:str="quick",         # tiny: a smoke test; quick: minutes per row on 2 CPU cores; full: the papers' budgets
+                   out:str=None,              # output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again
+                   rows:str=None,             # 1-based rows to run, e.g. 1,3 (default: all)
+                   backbone:str=None,         # backbone for every row (default: the embedded all-MiniLM-L6-v2)
+                   data_dir:str=None,         # data folder (default: $MINBERT_DATA or ../shared/data)
+                   device:str=None,           # cpu | cuda | mps (default: the best available)
+                   keep_checkpoints:bool=False,  # keep each run's best.pt / last.pt
+                   seeds:str=None,            # run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd
+                   quiet:bool=False):         # no progress bars
+    "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
     try:
-        if a.list: print(list_tables(a.table)); return
-        if a.report:
-            from minbert_nb.claims import write_report         # 16a_claims builds on this module
-            df = write_report(a.results, a.report_out)
-            print(df["verdict"].value_counts().to_string()); print(f"-> {Path(a.report_out)/'claims.csv'}, {Path(a.report_out)/'report.md'}"); return
-        if not a.table: sys.exit("minbert_ablate: give --table ID (or --list to see them).")
-        out = Path(a.out or f"runs/ablate-{a.table}-{a.scale}")
-        run_table(a.table, out, a.scale, a.rows, a.backbone, a.data_dir, a.device, progress=not a.quiet, keep_checkpoints=a.keep_checkpoints,
-                  seeds=a.seeds)
+        if list: print(list_tables(table)); return
+        if not table: sys.exit("minbert_ablate: give --table ID (or --list to see them).")
+        if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
+        out = Path(out or f"runs/ablate-{table}-{scale}")
+        run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds)
     except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
+

@@ -7,12 +7,11 @@ Docs: https://minbert-nb.github.io/minbert_nb/adapters.html.md"""
 # %% ../nbs/11a_adapters.ipynb #663c7a1b
 from __future__ import annotations
 import copy, re
-import torch
 from torch import nn
 import torch.nn.functional as F
 from .core import *
 from .attention import BertSelfAttention
-from .bert import BertModel, current_task, task_context
+from .bert import BertModel, current_task
 from .lora import LoRALinear
 
 # %% auto #0

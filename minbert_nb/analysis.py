@@ -6,12 +6,12 @@ Docs: https://minbert-nb.github.io/minbert_nb/analysis.html.md"""
 
 # %% ../nbs/17_analysis.ipynb #676d24d9
 from __future__ import annotations
-import argparse, json, sys, warnings
+import json, sys, warnings
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from .core import stamp_figure, default_device
+from .core import stamp_figure, cli
 from .data import DataError, load_split, find_data_dir, plain_or_gz
 from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson
 from .pretrained import load_tokenizer
@@ -193,14 +193,13 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
     return dict(written=[str(p) for p in written], skipped=skipped)
 
 # %% ../nbs/17_analysis.ipynb #20d6c03b
-def minbert_analyze(argv=None):
-    "Console entry point: `minbert_analyze RUN_DIR` writes the run's analysis figures into RUN_DIR/figures/"
-    p = argparse.ArgumentParser(prog="minbert_analyze", description="Draw every analysis figure a minbert_train run folder allows.")
-    p.add_argument("run_dir"); p.add_argument("--sentence", default=DEFAULT_SENTENCE, help="sentence for the attention maps")
-    p.add_argument("--data_dir", help="data folder with the dev labels (default: the run's, then $MINBERT_DATA or ../shared/data)")
-    p.add_argument("--device", help="cpu | cuda | mps")
-    a = p.parse_args(argv)
-    try: res = analyze_run(a.run_dir, a.sentence, a.data_dir, a.device)
+@cli
+def minbert_analyze(run_dir:str,                    # a minbert_train run folder
+                    sentence:str=DEFAULT_SENTENCE,  # sentence for the attention maps
+                    data_dir:str=None,              # data folder with the dev labels (default: the run's, then $MINBERT_DATA or ../shared/data)
+                    device:str=None):               # cpu | cuda | mps
+    "Draw every analysis figure a minbert_train run folder allows, into RUN_DIR/figures/"
+    try: res = analyze_run(run_dir, sentence, data_dir, device)
     except (FileNotFoundError, ValueError, RuntimeError) as e: sys.exit(f"minbert_analyze: {e}")
     for f in res["written"]: print(f"wrote {f}")
     for k, why in res["skipped"].items(): print(f"skipped {k}: {why}")

@@ -6,24 +6,24 @@ Docs: https://minbert-nb.github.io/minbert_nb/checkpoint.html.md"""
 
 # %% ../nbs/08a_checkpoint.ipynb #c790413e
 from __future__ import annotations
-import os, pickle, random, re, signal, subprocess, warnings
+import json, os, pickle, random, re, signal, warnings
 from pathlib import Path
 import numpy as np
 import torch
-import minbert_nb
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'load_checkpoint',
-           'rng_state', 'set_rng_state', 'code_version', 'GracefulStop', 'TrainingInterrupted', 'config_diff',
+__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'write_json',
+           'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop', 'TrainingInterrupted', 'config_diff',
            'check_resume_compatible']
 
 # %% ../nbs/08a_checkpoint.ipynb #4099b9d8
-def to_plain(o):
-    "`o` with NumPy scalars/arrays, paths and sets replaced by plain values or tensors, so `weights_only` loading accepts it"
-    if isinstance(o, dict): return {k: to_plain(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)): return type(o)(to_plain(v) for v in o)
-    if isinstance(o, (set, frozenset)): return [to_plain(v) for v in sorted(o, key=repr)]
-    if isinstance(o, np.ndarray): return torch.from_numpy(o.copy())
+def to_plain(o, json:bool=False):
+    """`o` with NumPy scalars/arrays, paths and sets replaced by plain values or tensors, so `weights_only` loading accepts it;
+    with `json`, what JSON holds: string keys, lists for tuples, sets and arrays"""
+    if isinstance(o, dict): return {(str(k) if json else k): to_plain(v, json) for k, v in o.items()}
+    if isinstance(o, (list, tuple)): return (list if json else type(o))(to_plain(v, json) for v in o)
+    if isinstance(o, (set, frozenset)): return [to_plain(v, json) for v in sorted(o, key=repr)]
+    if isinstance(o, np.ndarray): return o.tolist() if json else torch.from_numpy(o.copy())
     if isinstance(o, np.generic): return o.item()
     if isinstance(o, Path): return str(o)
     if isinstance(o, str) and type(o) is not str: return str(o)   # e.g. torch.__version__, a str subclass
@@ -57,6 +57,10 @@ def atomic_write_text(path, text:str) -> Path:
     finally:
         if tmp.exists(): tmp.unlink()
     return path
+
+def write_json(obj, path) -> Path:
+    "Write `obj` as indented JSON (NumPy values and paths made plain), atomically: a run's config.json and metrics.json"
+    return atomic_write_text(path, json.dumps(to_plain(obj, json=True), indent=2) + "\n")
 
 def _unsafe_globals(path, err:Exception) -> list:
     "The globals (module.name) a refused pickle names"
@@ -95,20 +99,6 @@ def set_rng_state(s:dict):
     if isinstance(npst, dict): npst = dict(npst, state=dict(npst["state"], key=np.asarray(npst["state"]["key"], dtype=np.uint32)))
     random.setstate(s["python"]); np.random.set_state(npst); torch.set_rng_state(s["torch"])
     if "cuda" in s and torch.cuda.is_available(): torch.cuda.set_rng_state_all(s["cuda"])
-
-# %% ../nbs/08a_checkpoint.ipynb #26e04538
-def code_version() -> dict:
-    "minbert_nb's version and, when run from a git checkout, its commit and whether the package differs from it (`dirty`)"
-    v = dict(minbert_nb=minbert_nb.__version__, torch=str(torch.__version__))
-    try:
-        root = Path(minbert_nb.__file__).resolve().parents[1]
-        git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5)
-        r = git("rev-parse", "--short", "HEAD")
-        if r.returncode == 0:
-            v["git"] = r.stdout.strip()
-            v["dirty"] = bool(git("status", "--porcelain", "--untracked-files=no", "--", "minbert_nb").stdout.strip())
-    except (OSError, subprocess.SubprocessError): pass
-    return v
 
 # %% ../nbs/08a_checkpoint.ipynb #ea92f390
 class GracefulStop:

@@ -6,15 +6,17 @@ Docs: https://minbert-nb.github.io/minbert_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #d39c5ca8
 from __future__ import annotations
-import argparse, inspect, json, os, random, sys, warnings
-from dataclasses import dataclass, asdict, fields, replace
+import argparse, inspect, json, os, random, subprocess, sys, warnings
+from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 import numpy as np
 import torch
+import minbert_nb
 
 # %% auto #0
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_bf16_supported',
-           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'stamp_run_figure', 'cli_parser', 'cli']
+           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
+           'arg_parser', 'add_arg', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #7ae4e190
 # Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
@@ -154,9 +156,21 @@ def stamp_figure(fig, run_id:str, commit:str|None=None, dirty:bool=False):
     return text
 
 # %% ../nbs/00_core.ipynb #c323c515
+def code_version() -> dict:
+    "minbert_nb's version and, when run from a git checkout, its commit and whether the package differs from it (`dirty`)"
+    v = dict(minbert_nb=minbert_nb.__version__, torch=str(torch.__version__))
+    try:
+        root = Path(minbert_nb.__file__).resolve().parents[1]
+        git = lambda *a: subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, timeout=5)
+        r = git("rev-parse", "--short", "HEAD")
+        if r.returncode == 0:
+            v["git"] = r.stdout.strip()
+            v["dirty"] = bool(git("status", "--porcelain", "--untracked-files=no", "--", "minbert_nb").stdout.strip())
+    except (OSError, subprocess.SubprocessError): pass
+    return v
+
 def stamp_run_figure(fig, path) -> str:
     "Stamp `fig`, about to be saved at `RUN_DIR/figures/NAME.png` (or `RUN_DIR/NAME.png`), with the run id and the current commit"
-    from minbert_nb.checkpoint import code_version   # imported here: checkpoint imports this module
     p = Path(path); run = p.parent.parent if p.parent.name == "figures" else p.parent
     cv = code_version()
     return stamp_figure(fig, run.name, cv.get("git"), cv.get("dirty", False))
@@ -168,24 +182,41 @@ def _to_bool(s) -> bool:
     if str(s).lower() in ("0", "false", "no", "off"): return False
     raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
 
+def arg_parser(prog:str, description:str="") -> argparse.ArgumentParser:
+    "The `ArgumentParser` of every minbert_nb command: its name, what it does, and each option's default in `--help`"
+    return argparse.ArgumentParser(prog=prog, description=description.strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+_NONE = inspect.Parameter.empty
+
+def add_arg(p:argparse.ArgumentParser, name:str, default=_NONE, type=str, help:str|None=None, parse=None):
+    """Add parameter `name` to `p`: without a default a positional argument, else a flag `--snake_case` with a `--kebab-case`
+    alias; a bool flag alone means true (`--quiet`, or `--quiet false`); `type` list takes one or more values; `parse` turns
+    the text into the value (default: `type`)"""
+    many = dict(nargs="+", type=parse or str) if type is list else dict(type=parse or type)   # a list: one or more values
+    meta = getattr(type, "__name__", "value").upper()
+    if default is _NONE: return p.add_argument(name, help=help, metavar=name.upper(), **many)
+    flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
+    if type is bool: return p.add_argument(*flags, dest=name, nargs="?", const=True, default=default, type=parse or _to_bool, help=help,
+                                        metavar="BOOL")
+    return p.add_argument(*flags, dest=name, default=default, help=help, metavar=meta, **many)
+
 def cli_parser(func) -> argparse.ArgumentParser:
-    "An `ArgumentParser` for `func`: one flag per parameter, `--snake_case` with a `--kebab-case` alias, help from the comments"
+    "An `ArgumentParser` for `func`: one argument per parameter (`add_arg`), help from the parameters' comments"
     from fastcore.docments import docments
     docs, sig = docments(func), inspect.signature(func)
-    p = argparse.ArgumentParser(prog=func.__name__, description=(func.__doc__ or "").strip(),
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = arg_parser(func.__name__, func.__doc__ or "")
     for name, prm in sig.parameters.items():
         ann = prm.annotation if isinstance(prm.annotation, type) else eval(prm.annotation, func.__globals__) if isinstance(prm.annotation, str) else str
-        flags = [f"--{name}"] + ([f"--{name.replace('_', '-')}"] if "_" in name else [])
-        if ann is bool: p.add_argument(*flags, dest=name, nargs="?", const=True, default=prm.default, type=_to_bool, help=docs.get(name))
-        else: p.add_argument(*flags, dest=name, default=prm.default, type=ann, help=docs.get(name), metavar=ann.__name__.upper())
+        add_arg(p, name, prm.default, ann, docs.get(name))
     return p
 
 def cli(func):
-    "Make `func` a console command (see above); `func.main(argv)` parses an explicit argument list"
+    """Make `func` a console command (see above): called with no arguments it parses the command line, with one list it
+    parses that list as the command line (as `minbert_train(["--preset", "quick"])`), else it is `func` itself"""
     import functools
     @functools.wraps(func)
     def command(*args, **kwargs):
+        if len(args) == 1 and isinstance(args[0], list) and not kwargs: return command.main(args[0])
         if args or kwargs: return func(*args, **kwargs)
         command.main(None)          # a console script: `sys.exit(command())` must see None (exit status 0), not a result
     command.main = lambda argv=None: func(**vars(cli_parser(func).parse_args(argv)))

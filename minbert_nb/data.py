@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #2272318a
 from __future__ import annotations
-import contextlib, csv, gc, gzip, hashlib, http.client, io, json, math, os, re, tempfile, time, urllib.error, urllib.request, warnings
+import contextlib, csv, gc, gzip, hashlib, io, json, math, os, re, tempfile, time, warnings
 from itertools import chain
 from dataclasses import dataclass
 from functools import partial
@@ -16,16 +16,14 @@ import numpy as np
 import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
-from .core import *
 
 # %% auto #0
-__all__ = ['TASKS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CACHE_FORMAT', 'CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES',
-           'UNPINNED_CHECKS', 'TaskSpec', 'get_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data',
-           'data_or_sample', 'read_task_file', 'data_files', 'load_split', 'labelled_rows', 'read_generic',
-           'sick_to_sts', 'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader',
-           'padding_fraction', 'cache_folder', 'tokenizer_fingerprint', 'dataset_arrays', 'dataset_from_arrays',
-           'DataCache', 'plain_or_gz', 'read_bytes', 'DownloadError', 'sha256_file', 'download_file', 'check_unpinned',
-           'verify_cs224n', 'fetch_cs224n', 'needed_files', 'missing_files', 'ensure_data', 'minbert_data']
+__all__ = ['TASKS', 'TASK_METRIC', 'SCORE_KEYS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CACHE_FORMAT', 'TaskSpec', 'get_task',
+           'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample', 'read_task_file',
+           'file_name', 'task_files', 'data_files', 'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts',
+           'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader', 'padding_fraction',
+           'cache_folder', 'tokenizer_fingerprint', 'dataset_arrays', 'dataset_from_arrays', 'DataCache', 'plain_or_gz',
+           'read_bytes']
 
 # %% ../nbs/04_data.ipynb #3648376d
 @dataclass(frozen=True)
@@ -60,6 +58,8 @@ TASKS = {t.name: t for t in [
     TaskSpec("sts",    "pair",   "float", 0, 5, 1, "similarity"),    # STS benchmark: a score in [0, 5]
     TaskSpec("cfimdb", "single", "int",   0, 1, 2, "sentiment"),     # CFIMDB movie reviews: negative/positive
 ]}
+TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key (10_evaluate)
+SCORE_KEYS = (*TASK_METRIC.values(), "overall")   # the scores a run reports, in the order tables and figures show them
 
 def get_task(task) -> TaskSpec:
     "The `TaskSpec` of `task` (a name or a `TaskSpec`)"
@@ -263,14 +263,22 @@ def read_task_file(path, task, labelled:bool|None=None, skip_bad_rows:bool=False
 SPLITS = ("train", "dev", "test")
 _STEMS = {"sst": "ids-sst-{}.csv", "cfimdb": "ids-cfimdb-{}.csv", "sts": "sts-{}.csv", "para": "quora-{}.csv"}
 
-def data_files(data_dir=None) -> dict:
-    "Which file each task and split reads: `{task: {split: Path or None}}`"
-    d = find_data_dir(data_dir); c = d/"cs224n"
-    files = {t: {s: c/stem.format("test-student" if s == "test" else s) for s in SPLITS} for t, stem in _STEMS.items()}
+def file_name(task, split:str) -> str:
+    "The CS224N file name of `task`'s `split` (the test files are the `-test-student` ones)"
+    return _STEMS[get_task(task).name].format("test-student" if split == "test" else split)
+
+def task_files(d) -> dict:
+    "Which file each task and split reads in data folder `d` (which need not exist yet): `{task: {split: Path or None}}`"
+    d = Path(d).expanduser(); c = d/"cs224n"
+    files = {t: {s: c/file_name(t, s) for s in SPLITS} for t in _STEMS}
     q = files["para"]
     if not q["train"].is_file() and (d/"extra/quora-extra-train.csv").is_file(): q["train"] = d/"extra/quora-extra-train.csv"
     if not q["test"].is_file(): q["test"] = None
     return files
+
+def data_files(data_dir=None) -> dict:
+    "Which file each task and split reads in the data folder (`find_data_dir`): `{task: {split: Path or None}}`"
+    return task_files(find_data_dir(data_dir))
 
 # %% ../nbs/04_data.ipynb #80fd62e9
 def load_split(task, split:str, data_dir=None, skip_bad_rows:bool=False) -> pd.DataFrame:
@@ -668,189 +676,3 @@ def read_bytes(path) -> bytes:
     "The content of `path` (or of `path.gz`, see `plain_or_gz`), decompressed when the file is gzip"
     raw = plain_or_gz(path).read_bytes()
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
-
-# %% ../nbs/04_data.ipynb #590203a9
-CS224N_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
-CS224N_SHA256 = {
-    "ids-sst-train.csv":           "03b2b625c090f94a6afd59f114cde5282e2053aab0b101e87ed695d8a0c5b1df",
-    "ids-sst-dev.csv":             "a186ce94577635fbe10beaaddd50f16cccf6c30973221cefdf90deed2a584bfe",
-    "ids-sst-test-student.csv":    "bdd5a767faa0c26782117e37767ece154c30d5d04fb8727d09c71e3850a55c7b",
-    "ids-cfimdb-train.csv":        "140fc513045a966109faed46a5c7a898767b96714d71bcb9c15f659129fadcea",
-    "ids-cfimdb-dev.csv":          "3087f571b66860fe5d035b5a018d08202ad3fd3720e4821c04b2acf6c7ded559",
-    "ids-cfimdb-test-student.csv": "7ae611548c9eac879e9ebb406cc9f8ae68ff12f78090e4965af5cbdfa06240f4",
-    "quora-dev.csv":               "bfa3cc954a9ba300ae776a980141de65f622a3c1b97e3fd905d63245bc36d5ad",
-    "sts-train.csv":               "15d12efc2d656fffb1d61ac1f08ec4227f43925fd16f420c037cbd063699c21b",
-    "sts-dev.csv":                 "ce3cad6f16062586ac7ba462c28b010a9be10c530fd5074165860d7b7ab4e93d",
-    "sts-test-student.csv":        "dee455745b72e9ca3ff74e7c056bd73e34bad5b8d5641045a2c1e7e131866f47",
-}
-UNPINNED_FILES = ("quora-train.csv", "quora-test-student.csv")   # no pinned hash: checked by layout and row count instead
-# What a file without a pin must look like: its task, whether it has labels, and the range of its data-row count. Seeds 000
-# and 003 give 141,506 rows and 141,498 usable pairs for quora-train.csv; the test file's size is not published.
-UNPINNED_CHECKS = {"quora-train.csv": dict(task="para", labelled=True, rows=(141_498, 141_506)),
-                   "quora-test-student.csv": dict(task="para", labelled=False, rows=(1, 10**6))}
-
-class DownloadError(RuntimeError):
-    "A download failed or did not match its pinned SHA-256; nothing was left at the destination"
-    def __init__(self, msg:str, unreachable:bool=False): super().__init__(msg); self.unreachable = unreachable
-
-def sha256_file(path, chunk:int=1 << 20) -> str:
-    "Hex SHA-256 of the file at `path`"
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while b := f.read(chunk): h.update(b)
-    return h.hexdigest()
-
-# %% ../nbs/04_data.ipynb #89a0dc9d
-def download_file(url:str, dest, sha256:str|None=None, timeout:float=60.0) -> Path:
-    "Download `url` to `dest` through a temporary file and `os.replace`; checks length and, if given, `sha256`"
-    dest = Path(dest); dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        h, n = hashlib.sha256(), 0
-        try:
-            with os.fdopen(fd, "wb") as f, urllib.request.urlopen(url, timeout=timeout) as r:
-                size = r.headers.get("Content-Length")
-                while chunk := r.read(1 << 20): f.write(chunk); h.update(chunk); n += len(chunk)
-                f.flush(); os.fsync(f.fileno())
-        except urllib.error.HTTPError as e: raise DownloadError(f"{url}: HTTP {e.code} {e.reason}. Check --base-url (it must point at a folder holding the CS224N files).") from None
-        except urllib.error.URLError as e:
-            raise DownloadError(f"{url}: cannot reach the server ({e.reason}). Are you offline? Retry when online (the command "
-                                "is safe to repeat), or copy the files into the cs224n/ folder by hand", unreachable=True) from None
-        except TimeoutError:
-            raise DownloadError(f"{url}: the server stopped answering (no data for {timeout:g} s). Retry later, or raise --timeout; "
-                                "the command is safe to repeat", unreachable=True) from None
-        except (http.client.HTTPException, OSError) as e:
-            raise DownloadError(f"{url}: download failed ({type(e).__name__}: {e}). Check the network and retry; the command is safe to repeat.") from None
-        if size is not None and n != int(size):
-            raise DownloadError(f"{url}: truncated download: got {n:,} of {int(size):,} bytes; the partial file was removed. Retry.")
-        if sha256 is not None and h.hexdigest() != sha256:
-            raise DownloadError(f"{url}: SHA-256 mismatch: got {h.hexdigest()}, expected {sha256} ({n:,} bytes). The file is corrupted "
-                                "or changed upstream, and was not kept. Retry, or use --base-url with a trusted mirror.")
-        os.replace(tmp, dest)
-        return dest
-    finally:
-        if os.path.exists(tmp): os.remove(tmp)
-
-# %% ../nbs/04_data.ipynb #a9058b81
-def _cleanup_partials(folder:Path) -> int:
-    "Remove temporary files left by an interrupted `download_file`"
-    parts = list(folder.glob(".*.part")) if folder.is_dir() else []
-    for p in parts: p.unlink()
-    return len(parts)
-
-def check_unpinned(path) -> str:
-    "Check a file that has no pinned SHA-256 (see `UNPINNED_CHECKS`) by its layout and data-row count; raises `DataError`"
-    path = Path(path); c = UNPINNED_CHECKS[path.name]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        df = read_task_file(path, c["task"], labelled=c["labelled"], skip_bad_rows=True, allow_missing_labels=True)
-    n, (lo, hi) = len(df) + df.attrs["skipped"], c["rows"]
-    if not lo <= n <= hi:
-        raise DataError(path, None, f"{n:,} data rows", f"{lo:,} to {hi:,} rows for {path.name}",
-                        "the download is incomplete or a different file; fetch it again (or from a trusted mirror with --base_url)")
-    bad = df.attrs["skipped"] + len(df.attrs["unlabelled_rows"])
-    return f"{n:,} rows, layout verified (no pinned SHA-256)" + (f"; {bad} malformed row(s): train with --skip_bad_rows true" if bad else "")
-
-def verify_cs224n(out, files:dict|None=None) -> dict:
-    "Status of each CS224N file in `out`/cs224n against its pinned SHA-256 (`files`: name -> sha256 or None)"
-    folder, report = Path(out).expanduser()/"cs224n", {}
-    for name, pin in (CS224N_SHA256 if files is None else files).items():
-        p = folder/name
-        if not p.is_file(): report[name] = "MISSING"
-        elif pin is None:
-            try: report[name] = "ok (" + check_unpinned(p) + ")" if name in UNPINNED_CHECKS else "present (UNVERIFIED: no pinned SHA-256)"
-            except DataError as e: report[name] = f"CORRUPTED ({e})"
-        else: report[name] = "ok (SHA-256 verified)" if sha256_file(p) == pin else "CORRUPTED (SHA-256 mismatch)"
-    return report
-
-def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:bool=False, force:bool=False, timeout:float=60.0) -> dict:
-    "Download the CS224N files into `out`/cs224n, verifying pins; returns `{file: status}` (failures start with 'FAILED')"
-    folder = Path(out).expanduser()/"cs224n"
-    created = [p for p in (folder.parent, folder) if not p.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
-    _cleanup_partials(folder)
-    pins = dict(CS224N_SHA256 if files is None else files)
-    if unverified: pins.update({n: None for n in UNPINNED_FILES if n not in pins})
-    report, offline = {}, None
-    for name, pin in pins.items():
-        if offline: report[name] = f"FAILED: not tried, {offline}"; continue
-        dest, note = folder/name, ""
-        if dest.is_file() and not force:
-            if pin is None: report[name] = "present (UNVERIFIED: no pinned SHA-256)"; continue
-            if sha256_file(dest) == pin: report[name] = "ok (already present, SHA-256 verified)"; continue
-            dest.unlink(); note = "removed a corrupted copy; "
-        try:
-            download_file(base_url.rstrip("/") + "/" + name, dest, pin, timeout)
-            if pin is None and name in UNPINNED_CHECKS:
-                try: report[name] = note + "downloaded, " + check_unpinned(dest)
-                except DataError as e: dest.unlink(); raise DownloadError(f"{e} The file was not kept.") from None
-            else: report[name] = note + ("downloaded, SHA-256 verified" if pin else "downloaded, UNVERIFIED (no pinned SHA-256)")
-        except DownloadError as e:
-            report[name] = f"FAILED: {note}{e}"
-            if e.unreachable: offline = "the server could not be reached (see above)"
-    for p in reversed(created):                      # leave no empty folders behind after a failed first run
-        if p.is_dir() and not any(p.iterdir()): p.rmdir()
-    return report
-
-def needed_files(tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
-    "CS224N file names a run of `tasks` reads for `splits` (Quora's test file is optional, so never listed)"
-    out = []
-    for t in tasks:
-        for s in splits:
-            if t == "para" and s == "test": continue
-            out.append(_STEMS[get_task(t).name].format("test-student" if s == "test" else s))
-    return out
-
-def missing_files(d, tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
-    "Files of `needed_files` absent from data folder `d` (Quora's training file may also be extra/quora-extra-train.csv)"
-    d = Path(d)
-    return [n for n in needed_files(tasks, splits)
-            if not (d/"cs224n"/n).is_file() and not (n == "quora-train.csv" and (d/"extra/quora-extra-train.csv").is_file())]
-
-def ensure_data(data_dir=None, tasks=("sst", "para", "sts"), splits=("train", "dev"), download:bool=True,
-                base_url:str|None=None, pins:dict|None=None, timeout:float=30.0, optional=()) -> Path:
-    "The data folder for a run; missing CS224N files are fetched first (checked), or one message says how to provide them"
-    try: d = find_data_dir(data_dir)
-    except FileNotFoundError:
-        if data_dir is not None: raise                           # a folder the user named must exist
-        d = Path(os.environ.get("MINBERT_DATA") or "data").expanduser()
-    miss, opt = missing_files(d, tasks, splits), [n for n in missing_files(d, tasks, optional) if n not in missing_files(d, tasks, splits)]
-    if not miss and not (opt and download): return d
-    why = "downloads are off (--download false)"
-    if download:
-        pins = {**CS224N_SHA256, **{n: None for n in UNPINNED_FILES}} if pins is None else pins
-        print(f"data: {len(miss + opt)} file(s) missing in {d/'cs224n'}: {', '.join(miss + opt)}; fetching them with minbert_data"
-              + (f" ({', '.join(opt)} optional)" if opt else ""))
-        report = fetch_cs224n(d, base_url or os.environ.get("MINBERT_DATA_URL") or CS224N_URL, {n: pins.get(n) for n in miss + opt},
-                              timeout=timeout)
-        for name, status in report.items(): print(f"  {name:28s} {status}")
-        miss = missing_files(d, tasks, splits)
-        if not miss: return d
-        failed = [s for s in report.values() if s.startswith("FAILED")]
-        why = ("the download server could not be reached (offline?)" if any("cannot reach" in s or "not tried" in s for s in failed)
-               else "the download failed (see above)")
-    raise FileNotFoundError(
-        f"the training data is missing: {', '.join(miss)} (looked in {d/'cs224n'}); {why}. Provide it either way: "
-        f"(1) point MINBERT_DATA (or --data_dir) at a folder that holds cs224n/ with these files, e.g. a copy of the course's "
-        f"data folder; or (2) on a machine with a network, run `minbert_data --out DIR --unverified` (it checks every file) "
-        f"and use DIR as in (1).")
-
-# %% ../nbs/04_data.ipynb #7ba0f504
-@cli
-def minbert_data(
-    out:str=None,             # data folder to fill; files go to OUT/cs224n (default: $MINBERT_DATA, else ./data)
-    base_url:str=CS224N_URL,  # URL of a folder with the CS224N files (the starter repository's data/ or a mirror)
-    unverified:bool=False,    # also fetch quora-train.csv and quora-test-student.csv (no pinned SHA-256: checked by layout and row count)
-    force:bool=False,         # download again even when a verified copy is present
-    check:bool=False,         # only verify the files already in OUT/cs224n; download nothing
-    timeout:float=60.0,       # seconds to wait for the server before giving up
-):
-    "Download the CS224N default-project data files, each checked against a pinned SHA-256 (or its layout and row count)"
-    out = Path(out or os.environ.get("MINBERT_DATA") or "data").expanduser()
-    pins = {**CS224N_SHA256, **({n: None for n in UNPINNED_FILES} if unverified else {})}
-    report = verify_cs224n(out, pins) if check else fetch_cs224n(out, base_url, pins, force=force, timeout=timeout)
-    for name, status in report.items(): print(f"{name:28s} {status}")
-    bad = [n for n, s in report.items() if s.startswith(("FAILED", "MISSING", "CORRUPTED"))]
-    if bad: raise SystemExit(f"{len(bad)} file(s) not ready in {out/'cs224n'}: {', '.join(bad)}. Run the command again (it is safe to repeat).")
-    print(f"data folder ready: {out}. Use it with --data_dir {out} or export MINBERT_DATA={out}")
-    return report

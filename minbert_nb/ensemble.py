@@ -6,21 +6,21 @@ Docs: https://minbert-nb.github.io/minbert_nb/ensemble.html.md"""
 
 # %% ../nbs/15_ensemble.ipynb #97904199
 from __future__ import annotations
-import argparse, json, sys
+import json, sys
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from .data import DataError, get_task, load_split, plain_or_gz
-from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, write_raw, raw_path, raw_columns,
+from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
                                  score_split, overall_score, pearson, accuracy)
-from .checkpoint import code_version
-from .core import stamp_run_figure
+from .checkpoint import write_json
+from .core import stamp_run_figure, cli, code_version
 
 # %% auto #0
 __all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores', 'median_scores',
            'average_raw', 'align_members', 'member_bias', 'ensemble_split', 'score_against', 'plot_members',
-           'ensemble_runs', 'bag_score', 'select_ensemble', 'ensemble_headroom', 'headroom_table', 'ensemble_parser',
-           'write_headroom', 'minbert_ensemble']
+           'ensemble_runs', 'bag_score', 'select_ensemble', 'ensemble_headroom', 'headroom_table', 'write_headroom',
+           'minbert_ensemble']
 
 # %% ../nbs/15_ensemble.ipynb #c3714b08
 def member_weights(weights, n:int) -> np.ndarray:
@@ -194,7 +194,6 @@ def _prepare_out(out:Path, runs:list):
 def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
                   splits=("dev", "test"), partial:bool=False) -> dict:
     "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
-    from minbert_nb.train import write_json
     runs, out = [Path(r) for r in run_dirs], Path(out)
     if not runs: raise ValueError("no run folders given.")
     for r in runs:
@@ -333,31 +332,8 @@ def headroom_table(h:dict) -> str:
     return "\n".join(rows)
 
 # %% ../nbs/15_ensemble.ipynb #f71215ae
-def _weights_arg(s:str) -> list:
-    try: return [float(x) for x in s.split(",")]
-    except ValueError: raise argparse.ArgumentTypeError(f"{s!r}: expected comma-separated numbers, one per RUN_DIR, e.g. 1,1,2") from None
-
-def ensemble_parser() -> argparse.ArgumentParser:
-    "The `minbert_ensemble` command line"
-    p = argparse.ArgumentParser(prog="minbert_ensemble", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                                description="Ensemble saved runs (their prediction files, or raw outputs) into a run-like folder with dev scores. "
-                                            f"Ties: {TIE_RULE}.")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (minbert_train's, or earlier ensembles); their order breaks vote ties")
-    p.add_argument("--out", required=True, metavar="DIR", help="folder for predictions/, config.json, metrics.json and figures/members.png")
-    p.add_argument("--sst", default="vote", choices=METHODS["sst"], help="vote: majority of the predicted classes; logits: argmax of the weighted mean logits (SST and CFIMDB)")
-    p.add_argument("--para", default="vote", choices=METHODS["para"], help="vote: majority; logits: weighted mean of each member's prior-corrected logit, > 0")
-    p.add_argument("--sts", default="mean", choices=METHODS["sts"], help="mean (weighted) or median of the predicted scores; weighted: weighted mean of the raw scores, clipped to 0..5")
-    p.add_argument("--weights", default=None, type=_weights_arg, metavar="W,W,...", help="one weight per RUN_DIR, e.g. 1,1,2 (default equal); your choice, never the members' dev scores")
-    p.add_argument("--data_dir", "--data-dir", dest="data_dir", default=None, metavar="DIR", help="data folder for the dev labels (default: the first member's, else the usual lookup)")
-    p.add_argument("--partial", action="store_true", help="a task or split that only some members have (a specialist trained on one task, say) is "
-                                                           "ensembled over those members, the others abstaining; by default it is skipped")
-    p.add_argument("--headroom", action="store_true", help="write no ensemble but DIR/headroom.json and headroom.md: per task the best run and an "
-                                                            "ensemble selected WITH the dev labels (optimistic ceilings, never results; see ensemble_headroom)")
-    return p
-
 def write_headroom(run_dirs, out, data_dir=None) -> dict:
     "`ensemble_headroom` of `run_dirs` into `out`/headroom.json (with the code version) and `out`/headroom.md"
-    from minbert_nb.train import write_json
     out, runs = Path(out), [Path(r) for r in run_dirs]
     if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the runs; write the headroom to a new folder.")
     h = dict(ensemble_headroom(runs, data_dir), code=code_version())
@@ -367,12 +343,23 @@ def write_headroom(run_dirs, out, data_dir=None) -> dict:
     print(table + f"\n(chosen with the dev labels: optimistic, never a result) -> {out/'headroom.json'}")
     return h
 
-def minbert_ensemble(argv=None):
-    "Console entry point: `minbert_ensemble RUN_DIR [RUN_DIR ...] --out DIR` (see `ensemble_runs`)"
-    a = ensemble_parser().parse_args(argv)
+@cli
+def minbert_ensemble(run_dirs:list,       # run folders (minbert_train's, or earlier ensembles); their order breaks vote ties
+                     out:str=None,        # folder for predictions/, config.json, metrics.json and figures/members.png (required)
+                     sst:str="vote",      # vote: majority of the predicted classes | logits: argmax of the weighted mean logits (SST and CFIMDB)
+                     para:str="vote",     # vote: majority | logits: weighted mean of each member's prior-corrected logit, > 0
+                     sts:str="mean",      # mean (weighted) or median of the predicted scores | weighted: weighted mean of the raw scores, clipped to 0..5
+                     weights:str=None,    # one weight per RUN_DIR, e.g. 1,1,2 (default equal); your choice, never the members' dev scores
+                     data_dir:str=None,   # data folder for the dev labels (default: the first member's, else the usual lookup)
+                     partial:bool=False,  # a task or split only some members have is ensembled over those members (the others abstain); by default skipped
+                     headroom:bool=False):  # write no ensemble but OUT/headroom.json and headroom.md: ceilings chosen WITH the dev labels, never results
+    """Ensemble saved runs (their prediction files, or raw outputs) into a run-like folder with dev scores (see `ensemble_runs`);
+    vote ties go to the tied class with the largest summed member weight, then to the earliest member's class"""
     try:
-        if a.headroom: write_headroom(a.run_dirs, a.out, a.data_dir)
-        else: ensemble_runs(a.run_dirs, a.out, a.sst, a.para, a.sts, a.weights, a.data_dir, partial=a.partial)
+        if out is None: raise ValueError("give --out DIR: the folder for the ensemble's predictions, config.json and metrics.json.")
+        try: w = None if weights is None else [float(x) for x in weights.split(",")]
+        except ValueError: raise ValueError(f"--weights {weights!r}: expected comma-separated numbers, one per RUN_DIR, e.g. 1,1,2") from None
+        if headroom: write_headroom(run_dirs, out, data_dir)
+        else: ensemble_runs(run_dirs, out, sst, para, sts, w, data_dir, partial=partial)
     except (DataError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
 
-minbert_ensemble.main, minbert_ensemble.parser = minbert_ensemble, ensemble_parser   # as `cli` commands have (00_core)

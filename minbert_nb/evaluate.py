@@ -6,7 +6,6 @@ Docs: https://minbert-nb.github.io/minbert_nb/evaluate.html.md"""
 
 # %% ../nbs/10_evaluate.ipynb #5af9138b
 from __future__ import annotations
-import math
 from pathlib import Path
 import numpy as np
 import pandas as pd
@@ -15,12 +14,12 @@ from scipy.stats import pearsonr
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
-from .data import get_task, plain_or_gz, read_bytes
+from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC
 
 # %% auto #0
-__all__ = ['TASK_METRIC', 'PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split',
-           'evaluate', 'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path',
-           'write_raw', 'read_raw']
+__all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split', 'evaluate',
+           'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path', 'write_raw',
+           'read_raw']
 
 # %% ../nbs/10_evaluate.ipynb #d2d063e3
 def accuracy(pred, gold) -> float:
@@ -68,7 +67,6 @@ def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None
             for j in range(r.shape[1]): df[f"raw_{j}"] = r[:, j]        # class logits: SST, CFIMDB
     return df
 
-TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key
 
 def score_split(task:str, df:pd.DataFrame) -> dict:
     "Metric of `task` on a `predict_split` frame (rows without a label are excluded and counted)"

@@ -6,15 +6,15 @@ Docs: https://minbert-nb.github.io/minbert_nb/export.html.md"""
 
 # %% ../nbs/22_export.ipynb #1101e8e4
 from __future__ import annotations
-import argparse, contextlib, copy, json, os, shutil, sys, tempfile, warnings
+import contextlib, copy, json, os, shutil, sys, tempfile, warnings
 from pathlib import Path
 import torch
 import torch.nn.functional as F
-from .core import *
+from .core import cli
 from .pretrained import resolve_checkpoint, is_embedded, tokenize
 from .lora import LoRALinear, set_merged
 from .peft import parse_peft
-from .train import saved_config
+from .config import saved_config
 from .predictor import Predictor, check_run_dir
 
 # %% auto #0
@@ -257,20 +257,18 @@ def export_run(run_dir, out, fmt:str="hf", overwrite:bool=False, verify:bool=Tru
     return export_predictor(Predictor.from_run(run, device="cpu", amp="off"), out, fmt, overwrite, verify)
 
 # %% ../nbs/22_export.ipynb #e6c67310
-def minbert_export(argv=None):
-    "Console entry point: export a minbert_train run folder to transformers, sentence-transformers or peft (`argv` given: returns what `export_run` returns)"
-    ap = argparse.ArgumentParser(prog="minbert_export", description="Export a minbert_train run folder for transformers, "
-                                 "sentence-transformers or peft (the task heads go beside it: minbert_heads.safetensors/.json).")
-    ap.add_argument("run_dir", help="a minbert_train run folder (config.json, best.pt)")
-    ap.add_argument("out", help="the folder to write (must not exist, or be empty, unless --overwrite)")
-    ap.add_argument("--format", default="hf", help="hf (a transformers BERT folder) | sentence-transformers (st) | peft (a LoRA/DoRA adapter)")
-    ap.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    ap.add_argument("--no-verify", "--no_verify", dest="verify", action="store_false", help="skip loading the export back with its library")
-    a = ap.parse_args(argv)
-    try: res = export_run(a.run_dir, a.out, a.format, a.overwrite, a.verify)
+@cli
+def minbert_export(run_dir:str,      # a minbert_train run folder (config.json, best.pt)
+                   out:str,          # the folder to write (must not exist, or be empty, unless --overwrite)
+                   format:str="hf",  # hf (a transformers BERT folder) | sentence-transformers (st) | peft (a LoRA/DoRA adapter)
+                   overwrite:bool=False,  # replace OUT if it exists
+                   verify:bool=True):     # load the export back with its library and compare (--verify false skips it)
+    """Export a minbert_train run folder for transformers, sentence-transformers or peft (the task heads go beside it:
+    minbert_heads.safetensors/.json); returns what `export_run` returns"""
+    try: res = export_run(run_dir, out, format, overwrite, verify)
     except (ExportError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_export: {e}")
     c = res["checked"] or {}
-    check = ("not checked (--no-verify)" if not c else f"smallest cosine with Predictor.embed {c['min_cosine']:.7f}" if "min_cosine" in c
+    check = ("not checked (--verify false)" if not c else f"smallest cosine with Predictor.embed {c['min_cosine']:.7f}" if "min_cosine" in c
              else f"largest difference from minbert_nb's hidden states {c['max_abs_diff']:.1e} (pooler {c['pooler_max_abs_diff']:.1e})")
     print(f"{res['format']}: {res['out']} ({', '.join(res['files'])})\nchecked by loading it back: {check}")
-    return res if argv is not None else None   # a console script's return value would become its exit status
+    return res

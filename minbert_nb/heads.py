@@ -9,7 +9,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .core import *
 from .bert import BertModelOutput
 from .pretrained import mean_pool
 

@@ -10,7 +10,6 @@ import math, re
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .core import *
 
 # %% auto #0
 __all__ = ['LORA_TARGETS', 'LoRALinear', 'inject_lora', 'set_merged']

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/multitask.html.md"""
 
 # %% ../nbs/06_multitask.ipynb #bd120906
 from __future__ import annotations
-from dataclasses import dataclass, field, fields, asdict
+from dataclasses import dataclass
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -23,39 +23,26 @@ __all__ = ['TASK_OUTPUTS', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_b
 TASK_OUTPUTS = {"sst": 5, "cfimdb": 2, "para": 1, "sts": 1}   # logits per task
 
 @dataclass
-class ModelConfig:
-    "Architecture of a multitask model"
-    backbone: str|None = None        # checkpoint: None = embedded all-MiniLM-L6-v2, a folder, or a hub id (bert-base-uncased)
-    tasks: tuple = ("sst", "para", "sts")  # heads to build
-    pooling: str = "cls"             # sentence vector: cls | pooler | mean
-    head_layers: int = 1             # 1 linear layer, or 2 (hidden, ReLU, out)
-    head_dropout: float = 0.1        # dropout on the heads' inputs
-    hidden_dropout: float|None = None  # override the backbone's dropout (seed 004 tuned 0.1-0.4); None keeps the checkpoint's
-    attention_dropout: float|None = None  # override the dropout on attention probabilities; None keeps the checkpoint's
-    pair_mode: str = "bi"            # bi: each sentence alone through BERT | cross: [CLS] a [SEP] b [SEP]
-    pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross", "sts": "both"} (both: mean of cosine and cross-encoder, STS only)
-    pair_features: str = "uv"        # bi-encoder features: sum | uv | uvd | uvdp
-    sts_head: str = "features"       # bi-encoder STS: features (regression head) | cosine (no parameters)
-    cosine_floor: float = -1.0       # cosine head: the cos mapped to STS 0 (-1: (cos+1)*5/2 as in the seeds; 0: sentence-transformers)
-    mode: str = "finetune"           # finetune: train all | pretrain: backbone frozen
-    pair_swap: bool = False          # cross-encoder pairs: train on a random order of the two sentences, predict the mean over both orders
-    random_init: bool = False        # build the backbone's architecture with random weights instead of loading its checkpoint
-    # --- PEFT modules (see 11_lora .. 11c_peft): attached to the backbone, saved with the model, rebuilt by load_run
-    peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
-    pal_size: int = 204              # PAL width (seed 000)
-    pal_heads: int|None = 6          # PAL attention heads (Bert-n-Pals: 6); None = the backbone's
-    prefix_len: int = 10             # prefix length per layer (seed 000)
-    prefix_init: str = "random"      # random | hidden (from a real first batch of each task, seed 000)
-    prefix_mlp: bool = False         # prefix reparameterisation MLP (Li & Liang)
-    prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
-    adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
-    adapter_layernorm: str = "task"  # adapters: task (a trained copy of every LayerNorm per task) | shared (one set)
-    lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
-    lora_alpha: float = 32.0         # LoRA/DoRA alpha (seed 002)
-    lora_dropout: float = 0.0        # dropout on the LoRA branch
-    lora_targets: str = "query,value"  # linear layers for LoRA/DoRA: query,key,value,attention_output,intermediate,output
+class ModelConfig(PeftConfig):
+    "Architecture of a multitask model: the backbone, the heads, how pairs are read, and (inherited) its PEFT modules"
+    backbone: str|None = None        # None = embedded all-MiniLM-L6-v2; a folder; or a hub id such as bert-base-uncased
+    tasks: tuple = ("sst", "para", "sts")  # ("sst",) or ("cfimdb",) for the single-task part of the project
+    pooling: str = "cls"             # cls | pooler | mean
+    head_layers: int = 1             # 1 or 2
+    head_dropout: float = 0.1
+    hidden_dropout: float|None = None  # backbone dropout override (CS224N default 0.3; None keeps the checkpoint's 0.1)
+    attention_dropout: float|None = None  # attention-probability dropout override (None keeps the checkpoint's)
+    pair_mode: str = "bi"            # bi | cross
+    pair_modes: dict|None = None     # per-task override, e.g. {"para": "cross"}
+    pair_features: str = "uv"        # sum | uv | uvd | uvdp
+    sts_head: str = "features"       # features | cosine
+    cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
+    mode: str = "finetune"           # finetune | pretrain (backbone frozen; PEFT modules and heads train)
+    pair_swap: bool = False          # cross-encoder pairs: train on both sentence orders, predict the mean over both
+    random_init: bool = False        # the backbone's architecture with random weights (no checkpoint needed; for --dry_run)
 
     def __post_init__(self):
+        super().__post_init__()              # the PEFT fields
         self.tasks = tuple(self.tasks)
         checks = dict(pooling=POOLINGS, pair_mode=("bi", "cross"), pair_features=tuple(PAIR_FEATURES),
                       sts_head=("features", "cosine"), mode=("finetune", "pretrain"), head_layers=(1, 2))
@@ -68,13 +55,8 @@ class ModelConfig:
         if self.mode_of("sts") == "both" and self.sts_head != "cosine":
             raise ValueError(f"model config: pair_modes['sts']='both' averages the cosine bi-encoder with a cross-encoder; "
                              f"it needs sts_head='cosine' (got {self.sts_head!r}).")
-        self.peft_config()                   # validates the PEFT fields
         bad = [t for t in self.tasks if t not in TASK_OUTPUTS]
         if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASK_OUTPUTS)}.")
-
-    def peft_config(self) -> PeftConfig:
-        "The PEFT modules this model carries"
-        return PeftConfig(**{f.name: getattr(self, f.name) for f in fields(PeftConfig) if f.name != "methods"}, methods=self.peft)
 
     def mode_of(self, task:str) -> str:
         "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both'"

@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
-from .core import *
 
 # %% auto #0
 __all__ = ['ADAPTER_PREFIXES', 'SCHEDULES', 'AdamW', 'default_group', 'param_groups', 'layer_decay_scale', 'warmup_steps',

@@ -6,18 +6,19 @@ Docs: https://minbert-nb.github.io/minbert_nb/peft.html.md"""
 
 # %% ../nbs/11c_peft.ipynb #56c8cb1d
 from __future__ import annotations
-from dataclasses import dataclass, asdict
-import torch
+from dataclasses import dataclass, fields
+from pathlib import Path
+import numpy as np
+import pandas as pd
 from torch import nn
-from .core import *
 from .bert import BertModel
-from .lora import LoRALinear, inject_lora, LORA_TARGETS
+from .lora import inject_lora, LORA_TARGETS
 from .adapters import inject_adapters, inject_pals, inject_task_layernorms, TaskLayerNorm
 from .prefix import inject_prefix
 
 # %% auto #0
 __all__ = ['PEFT_METHODS', 'PEFT_PREFIXES', 'parse_peft', 'PeftConfig', 'inject_peft', 'is_peft_param', 'set_trainable',
-           'param_report', 'format_params', 'frontier', 'plot_frontier']
+           'param_report', 'format_params', 'frontier', 'pareto', 'plot_frontier']
 
 # %% ../nbs/11c_peft.ipynb #94ff3bb4
 PEFT_METHODS = ("pal", "prefix", "adapter", "lora", "dora")
@@ -32,31 +33,45 @@ def parse_peft(spec) -> tuple:
 
 @dataclass
 class PeftConfig:
-    "Which PEFT modules to attach, and their sizes"
-    methods: tuple = ()                 # some of PEFT_METHODS
-    pal_size: int = 204                 # PAL: width s of the projected attention (seed 000)
-    pal_heads: int|None = 6             # PAL: heads of the attention g (Bert-n-Pals: 6); None = the backbone's head count
-    prefix_len: int = 10                # prefix tuning: virtual tokens per layer (seed 000; its Figure 4 sweeps 5-20)
-    prefix_init: str = "random"         # random | hidden (keys/values of a real first batch, seed 000)
-    prefix_mlp: bool = False            # Li & Liang's MLP reparameterisation
-    prefix_hidden: int = 512            # hidden width of that MLP (Li & Liang: 512)
-    adapter_size: int = 64              # Houlsby bottleneck m (seed 000)
-    adapter_layernorm: str = "task"     # adapters: task (one trained copy of every LayerNorm per task, Houlsby) | shared (one set for all tasks)
-    lora_r: int = 16                    # LoRA/DoRA rank (seed 002)
-    lora_alpha: float = 32.0            # scaling alpha / r (seed 002)
-    lora_dropout: float = 0.0           # dropout on the LoRA branch's input
-    lora_targets: tuple = ("query", "value")   # linear layers to adapt (keys of LORA_TARGETS)
+    """Which PEFT modules to attach, and their sizes. The one declaration of these settings: `ModelConfig` (`06_multitask`)
+    extends it and `TrainConfig` (`08c_config`) extends that, so a run's settings *are* the model's PEFT settings"""
+    peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
+    pal_size: int = 204              # PAL width s (seed 000); a multiple of pal_heads
+    pal_heads: int|None = 6          # PAL: heads of its attention g (Bert-n-Pals: 6); null = the backbone's head count
+    prefix_len: int = 10             # prefix tuning: virtual tokens per layer (seed 000)
+    prefix_init: str = "random"      # random | hidden (keys/values of each task's first training batch, seed 000)
+    prefix_mlp: bool = False         # prefix tuning through Li & Liang's reparameterisation MLP
+    prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
+    adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    adapter_layernorm: str = "task"  # adapters: task (one trained copy of every LayerNorm per task, Houlsby) | shared (one set for all tasks)
+    lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
+    lora_alpha: float = 32.0         # LoRA/DoRA alpha; the update is scaled by alpha / r (seed 002)
+    lora_dropout: float = 0.0        # dropout on the LoRA branch's input
+    lora_targets: str|tuple = "query,value"  # LoRA/DoRA layers: query,key,value,attention_output,intermediate,output
+
+    @property
+    def methods(self) -> tuple:
+        "The methods of `peft`, in a fixed order (`parse_peft`)"
+        return parse_peft(self.peft)
+
+    @property
+    def targets(self) -> tuple:
+        "The layers of `lora_targets`, as a tuple"
+        t = self.lora_targets
+        return tuple(x.strip() for x in t.split(",") if x.strip()) if isinstance(t, str) else tuple(t)
+
+    def peft_config(self) -> PeftConfig:
+        "Just the PEFT settings (of a `ModelConfig` or a `TrainConfig`, which extend this class)"
+        return PeftConfig(**{f.name: getattr(self, f.name) for f in fields(PeftConfig)})
 
     def __post_init__(self):
-        self.methods = parse_peft(self.methods)
-        if isinstance(self.lora_targets, str): self.lora_targets = tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
-        self.lora_targets = tuple(self.lora_targets)
-        if bad := [t for t in self.lora_targets if t not in LORA_TARGETS]: raise ValueError(f"lora_targets: unknown {bad}; expected some of {', '.join(LORA_TARGETS)}.")
+        methods = self.methods   # parses (and checks) peft
+        if bad := [t for t in self.targets if t not in LORA_TARGETS]: raise ValueError(f"lora_targets: unknown {bad}; expected some of {', '.join(LORA_TARGETS)}.")
         if self.prefix_init not in ("random", "hidden"): raise ValueError(f"prefix_init={self.prefix_init!r}: expected 'random' or 'hidden'.")
         if self.adapter_layernorm not in ("task", "shared"): raise ValueError(f"adapter_layernorm={self.adapter_layernorm!r}: expected 'task' or 'shared'.")
         for k in ("pal_size", "prefix_len", "prefix_hidden", "adapter_size", "lora_r") + (("pal_heads",) if self.pal_heads is not None else ()):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
-        if "pal" in self.methods and self.pal_heads is not None and self.pal_size % self.pal_heads:
+        if "pal" in methods and self.pal_heads is not None and self.pal_size % self.pal_heads:
             raise ValueError(f"pal_size={self.pal_size} is not a multiple of pal_heads={self.pal_heads}; "
                              f"choose e.g. pal_size={self.pal_heads * max(1, round(self.pal_size / self.pal_heads))}.")
 
@@ -65,7 +80,7 @@ def inject_peft(bert:BertModel, cfg:PeftConfig, tasks) -> dict:
     "Attach the modules of `cfg` to `bert` (per-task ones for `tasks`); returns what was attached where"
     tasks, done = tuple(tasks), {}
     if {"lora", "dora"} & set(cfg.methods):
-        done["lora"] = inject_lora(bert, cfg.lora_targets, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, dora="dora" in cfg.methods)
+        done["lora"] = inject_lora(bert, cfg.targets, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, dora="dora" in cfg.methods)
     if "adapter" in cfg.methods:
         done["adapter"] = inject_adapters(bert, tasks, cfg.adapter_size)
         if cfg.adapter_layernorm == "task": done["layernorm"] = inject_task_layernorms(bert, tasks)
@@ -113,8 +128,7 @@ def format_params(r:dict) -> str:
 # %% ../nbs/11c_peft.ipynb #845d0219
 def frontier(run_dirs) -> "pd.DataFrame":
     "One row per finished run folder: peft, mode, trainable and peft parameters, dev scores, train time per step"
-    import json, pandas as pd
-    from pathlib import Path
+    import json
     rows = []
     for d in map(Path, run_dirs):
         if not (d/"metrics.json").is_file(): continue
@@ -126,18 +140,37 @@ def frontier(run_dirs) -> "pd.DataFrame":
                          train_s_per_step=float(h.train_time_s.sum() / h.step.max()) if h is not None else None))
     return pd.DataFrame(rows)
 
-def plot_frontier(df, path=None, title:str="dev score against trainable parameters"):
-    "Overall dev score against trainable parameters (log scale) for the rows of `frontier`; saved to `path` if given"
+def pareto(params, scores) -> np.ndarray:
+    "Mask of the Pareto-optimal points: no other point has as few parameters and as high a score, and strictly one of them"
+    p, s = np.asarray(params, float), np.asarray(scores, float)
+    return np.array([not np.any((p <= p[i]) & (s >= s[i]) & ((p < p[i]) | (s > s[i]))) for i in range(len(p))], dtype=bool)
+
+def plot_frontier(df, path=None, title:str="dev score against trainable parameters", x:str="trainable", y:str="overall",
+                  label:str="peft", group:str|None="mode", ax=None):
+    """Score `y` against trainable parameters `x` (log scale), one point per row of `df` (e.g. `frontier`'s) labelled by
+    `label` and marked by `group`, with the Pareto frontier drawn; into `ax` if given, else a figure saved to `path` if given"""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for mode, mk in (("pretrain", "o"), ("finetune", "s")):
-        d = df[df["mode"] == mode]
-        ax.scatter(d.trainable, d.overall, marker=mk, s=40, label=mode)
-        for _, r in d.iterrows(): ax.annotate(r.peft, (r.trainable, r.overall), textcoords="offset points", xytext=(4, 3), fontsize=8)
-    ax.set_xscale("log"); ax.set_xlabel("trainable parameters"); ax.set_ylabel("overall dev score"); ax.set_title(title)
-    ax.legend(); ax.grid(alpha=0.3); fig.tight_layout()
-    if path is not None:
-        from pathlib import Path
-        Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
-    plt.close(fig)
+    own = ax is None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2)) if own else (ax.figure, ax)
+    p, s = pd.to_numeric(df[x], errors="coerce"), pd.to_numeric(df[y], errors="coerce")
+    ok = (p.notna() & s.notna() & (p > 0)).to_numpy()
+    d, pp, ss = df[ok], p[ok].to_numpy(), s[ok].to_numpy()
+    if not ok.any(): ax.text(0.5, 0.5, "no row with both numbers", ha="center", transform=ax.transAxes)
+    else:
+        front = pareto(pp, ss)
+        groups = d[group].to_numpy() if group else np.array([""] * len(d))
+        for g, mk in zip(dict.fromkeys(groups), "osD^v"):
+            m = groups == g
+            ax.scatter(pp[m & ~front], ss[m & ~front], marker=mk, color="0.55", s=28, label=f"{g}" if g else None)
+            ax.scatter(pp[m & front], ss[m & front], marker=mk, color="tab:orange", s=36)
+        o = np.argsort(pp[front]); ax.step(pp[front][o], ss[front][o], where="post", color="tab:orange", alpha=0.7, label="Pareto frontier")
+        for xv, yv, n in zip(pp, ss, d[label].astype(str)):
+            ax.annotate(n if len(n) <= 30 else n[:28] + "…", (xv, yv), fontsize=7, xytext=(3, 2), textcoords="offset points")
+    ax.set_xscale("log"); ax.set_xlabel(f"{'trainable parameters' if x == 'trainable' else x} (log scale)"); ax.set_ylabel(y); ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3); ax.legend(fontsize=7)
+    if own:
+        fig.tight_layout()
+        if path is not None: Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
+        plt.close(fig)
     return fig
+

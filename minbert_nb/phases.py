@@ -11,10 +11,13 @@ from dataclasses import asdict, fields
 from pathlib import Path
 import pandas as pd
 from .multitask import ModelConfig
-from .train import TrainConfig, train, write_json, plot_history, parse_tasks
+from .data import SCORE_KEYS
+from .checkpoint import write_json
+from .config import TrainConfig, parse_tasks
+from .train import train, plot_history
 
 # %% auto #0
-__all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'train_phases']
+__all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'train_phases', 'run_training']
 
 # %% ../nbs/14_phases.ipynb #fb271d79
 PHASE_MODEL_FIELDS = ("mode", "tasks", "hidden_dropout", "attention_dropout", "head_dropout")   # model fields a phase may change
@@ -69,7 +72,7 @@ def phase_configs(cfg:TrainConfig) -> list:
     return out
 
 # %% ../nbs/14_phases.ipynb #3980d3d9
-_SCORES = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr", "overall")
+_SCORES = SCORE_KEYS
 
 def _phase_summary(name:str, m:dict, pcfg:TrainConfig) -> dict:
     return dict(name=name, tasks=list(pcfg.tasks), epochs=m.get("epochs"), best_epoch=m.get("best_epoch"),
@@ -113,3 +116,8 @@ def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict
     write_json(metrics, run/"metrics.json")
     print("phases: " + " | ".join(f"{s['name']}: " + " ".join(f"{k}={s[k]:.4f}" for k in _SCORES if k in s) for s in summary))
     return metrics
+
+def run_training(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
+    "Train any config: its phases one after another in one run folder when it has them (`train_phases`), else one `train`"
+    return (train_phases if cfg.phases else train)(cfg, progress=progress, resume=resume)
+

@@ -16,11 +16,12 @@ from fastcore.basics import patch
 from .core import *
 from .data import TaskDataset, make_loader
 from .evaluate import predict_split
-from .pretrained import load_tokenizer
-from .train import load_run, _amp_dtype   # _amp_dtype: the mixed-precision choice minbert_predict makes
+from .pretrained import load_tokenizer, demo_similarity
+from .train import load_run, amp_dtype as run_amp_dtype   # the mixed-precision choice minbert_predict makes
 
 # %% auto #0
-__all__ = ['PROGRESS_MIN', 'SENTIMENT_TASKS', 'SENTIMENT_LABELS', 'check_texts', 'check_pairs', 'check_run_dir', 'Predictor']
+__all__ = ['PROGRESS_MIN', 'SENTIMENT_TASKS', 'SENTIMENT_LABELS', 'check_texts', 'check_pairs', 'check_run_dir', 'Predictor',
+           'minbert_demo', 'ask_run']
 
 # %% ../nbs/21_predictor.ipynb #bc44b650
 PROGRESS_MIN = 1000   # inputs from which a progress bar is shown (progress=None); progress=True/False forces it
@@ -91,7 +92,7 @@ class Predictor:
         run = check_run_dir(run_dir)
         model, cfg = load_run(run, default_device(device))
         dev = next(model.parameters()).device
-        return cls(model, cfg, load_tokenizer(cfg.backbone), _amp_dtype(types.SimpleNamespace(amp=amp or cfg.amp), dev), batch_size, run)
+        return cls(model, cfg, load_tokenizer(cfg.backbone), run_amp_dtype(types.SimpleNamespace(amp=amp or cfg.amp), dev), batch_size, run)
 
     @property
     def tasks(self) -> tuple: return tuple(self.model.cfg.tasks)
@@ -163,3 +164,33 @@ def embed(self:Predictor, texts, task:str|None=None, normalize:bool=False, progr
                 out.append(self.model.embed(to_device(batch["a"], self.device), task).float().cpu())   # (B, C)
     e = torch.cat(out)
     return F.normalize(e, dim=-1) if normalize else e
+
+# %% ../nbs/21_predictor.ipynb #07d01115
+@cli
+def minbert_demo(
+    a:str="A man is playing a guitar.",   # first sentence
+    b:str="Someone is playing an instrument.",  # second sentence
+    backbone:str=None,                    # checkpoint: embedded (default), a local folder, or a hub id
+    device:str=None,                      # cpu, cuda, mps (default: best available)
+    run:str=None,                         # a minbert_train run folder: print what its trained heads say about a and b instead
+):
+    "Encode two sentences with a BERT backbone and print their cosine similarity (or, with `--run`, a trained run's answers)"
+    return demo_similarity(a, b, backbone, device) if run is None else ask_run(run, a, b, device)
+
+def ask_run(run, a:str, b:str, device=None) -> dict:
+    "Print (and return) the answers of the run in folder `run` about `a` and `b`: sentiment of each, paraphrase, similarity"
+    try: p = Predictor.from_run(run, device)
+    except (FileNotFoundError, ValueError, RuntimeError) as e: raise SystemExit(f"minbert_demo: {e}") from None
+    print(f"{p}\na: {a}\nb: {b}")
+    out = {}
+    if set(p.tasks) & set(SENTIMENT_LABELS):
+        s = p.sentiment([a, b]); names = SENTIMENT_LABELS["sst" if "sst" in p.tasks else "cfimdb"]
+        out["sentiment"] = s.label.tolist()
+        for who, r in zip("ab", s.itertuples()):
+            print(f"sentiment of {who}: {r.label} ({names[r.label]}, probability {getattr(r, f'prob_{r.label}'):.2f})")
+    if "para" in p.tasks:
+        q = p.paraphrase([(a, b)]).iloc[0]; out["paraphrase"] = int(q.label)
+        print(f"paraphrase: {'yes' if q.label else 'no'} (probability {q.prob:.2f})")
+    if "sts" in p.tasks:
+        out["similarity"] = float(p.similarity([(a, b)]).score.iloc[0]); print(f"similarity: {out['similarity']:.2f} of 5")
+    return out

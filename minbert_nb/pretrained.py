@@ -18,7 +18,7 @@ from .bert import *
 __all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded',
            'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
            'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'load_tokenizer', 'tokenize',
-           'mean_pool', 'embed_sentences', 'minbert_demo']
+           'mean_pool', 'embed_sentences', 'demo_similarity']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -168,16 +168,13 @@ def embed_sentences(model:BertModel, tokenizer, sentences:list, max_length=128) 
     return mean_pool(model(**enc).last_hidden_state, enc["attention_mask"])
 
 # %% ../nbs/02a_pretrained.ipynb #7f8564e7
-@cli
-def minbert_demo(
+def demo_similarity(
     a:str="A man is playing a guitar.",   # first sentence
     b:str="Someone is playing an instrument.",  # second sentence
     backbone:str=None,                    # checkpoint: embedded (default), a local folder, or a hub id
     device:str=None,                      # cpu, cuda, mps (default: best available)
-    run:str=None,                         # a minbert_train run folder: print what its trained heads say about a and b instead
-):
-    "Load a BERT backbone with minBERT, encode two sentences and print their cosine similarity (or, with `--run`, a trained run's answers)"
-    if run is not None: return _ask_run(run, a, b, device)
+) -> float:
+    "Load a BERT backbone with minBERT, encode two sentences and print (and return) their cosine similarity"
     dev = default_device(device)
     model, tok = load_bert(backbone).to(dev).eval(), load_tokenizer(backbone)
     e = embed_sentences(model, tok, [a, b])
@@ -185,22 +182,3 @@ def minbert_demo(
     print(f"backbone: {model.checkpoint_path} ({count_params(model):,} parameters, {dev})")
     print(f"a: {a}\nb: {b}\ncosine similarity: {cos:.4f}")
     return cos
-
-def _ask_run(run, a:str, b:str, device=None) -> dict:
-    "Print (and return) the answers of the run in folder `run` about `a` and `b`: sentiment of each, paraphrase, similarity"
-    from minbert_nb.predictor import Predictor, SENTIMENT_LABELS   # 21_predictor, read later in the story: loaded only for --run
-    try: p = Predictor.from_run(run, device)
-    except (FileNotFoundError, ValueError, RuntimeError) as e: raise SystemExit(f"minbert_demo: {e}") from None
-    print(f"{p}\na: {a}\nb: {b}")
-    out = {}
-    if set(p.tasks) & set(SENTIMENT_LABELS):
-        s = p.sentiment([a, b]); names = SENTIMENT_LABELS["sst" if "sst" in p.tasks else "cfimdb"]
-        out["sentiment"] = s.label.tolist()
-        for who, r in zip("ab", s.itertuples()):
-            print(f"sentiment of {who}: {r.label} ({names[r.label]}, probability {getattr(r, f'prob_{r.label}'):.2f})")
-    if "para" in p.tasks:
-        q = p.paraphrase([(a, b)]).iloc[0]; out["paraphrase"] = int(q.label)
-        print(f"paraphrase: {'yes' if q.label else 'no'} (probability {q.prob:.2f})")
-    if "sts" in p.tasks:
-        out["similarity"] = float(p.similarity([(a, b)]).score.iloc[0]); print(f"similarity: {out['similarity']:.2f} of 5")
-    return out

@@ -10,7 +10,7 @@ import copy
 import torch
 from torch import nn
 import torch.nn.functional as F
-from .step import LossTerm, StepContext, save_rng
+from .step import LossTerm, StepContext
 
 # %% auto #0
 __all__ = ['SMART_LOSS_KINDS', 'symmetric_kl', 'symmetric_kl_binary', 'smart_divergence', 'EmbeddingPerturbation', 'SmartTerm',

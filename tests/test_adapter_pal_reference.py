@@ -103,7 +103,7 @@ def enc(): return tokenize(load_tokenizer(), SENTS)
 def _model(methods, **kw):
     set_seed(0)
     bert = load_bert()
-    inject_peft(bert, PeftConfig(methods=methods, **kw), TASKS)
+    inject_peft(bert, PeftConfig(peft=methods, **kw), TASKS)
     with torch.no_grad():   # every module away from its identity start, so each one's place matters
         for n, p in bert.named_parameters():
             if any(s in n for s in ("adapter_by_task", "pal_")): p.normal_(0, 0.05)

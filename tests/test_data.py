@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from minbert_nb.data import *
+from minbert_nb.fetch import *
 
 from datapaths import DATA, FULL_DATA, SAMPLE, needs_full_data
 
@@ -338,7 +339,7 @@ def _cli(script, args, env=None):
 
 def test_cli(tmp_path, server):
     script = tmp_path/"minbert_data_script.py"
-    script.write_text("import sys\nfrom minbert_nb.data import minbert_data\nsys.exit(minbert_data())\n")
+    script.write_text("import sys\nfrom minbert_nb.fetch import minbert_data\nsys.exit(minbert_data())\n")
     h = _cli(script, ["--help"])
     assert h.returncode == 0 and "--base-url" in h.stdout and "pinned SHA-256" in h.stdout
     out = tmp_path/"data"

@@ -5,7 +5,9 @@ import pytest
 from datapaths import SAMPLE
 from minbert_nb.data import DataCache
 from minbert_nb.pretrained import load_tokenizer
-from minbert_nb.train import TrainConfig, preset_config, build_data, data_inputs, train
+from minbert_nb.config import TrainConfig, preset_config
+from minbert_nb.run_data import build_data, data_inputs
+from minbert_nb.train import train
 
 @pytest.fixture(scope="module")
 def tok(): return load_tokenizer()

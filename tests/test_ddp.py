@@ -19,10 +19,10 @@ def _args(out, data):
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 def test_two_ranks_match_one_process(tmp_path, small_data):
-    one = subprocess.run([sys.executable, "-m", "minbert_nb.train", *_args(tmp_path / "one", small_data)],
+    one = subprocess.run([sys.executable, "-m", "minbert_nb.commands", *_args(tmp_path / "one", small_data)],
                          capture_output=True, text=True, env=ENV, timeout=600)
     assert one.returncode == 0, one.stdout + one.stderr
-    two = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "-m", "minbert_nb.train", *_args(tmp_path / "two", small_data)],
+    two = subprocess.run([str(TORCHRUN), "--standalone", "--nproc_per_node=2", "-m", "minbert_nb.commands", *_args(tmp_path / "two", small_data)],
                          capture_output=True, text=True, env=ENV, timeout=600)
     assert two.returncode == 0, two.stdout + two.stderr
     assert "x 2 ranks" in two.stdout
@@ -39,7 +39,7 @@ def test_two_ranks_match_one_process(tmp_path, small_data):
 def test_non_finite_loss_on_one_rank_stops_all_ranks(tmp_path, small_data):
     "A NaN loss on rank 1 only: both ranks stop at that step with a message (torchrun used to kill rank 0 mid-step, silently)"
     script = tmp_path / "nan_on_rank1.py"
-    script.write_text("import os, torch\nimport minbert_nb.train as T, minbert_nb.step as S\nreal, n = S.base_loss, [0]\n"
+    script.write_text("import os, torch\nimport minbert_nb.commands as T, minbert_nb.step as S\nreal, n = S.base_loss, [0]\n"
                       "def bad(*a, **k):\n    n[0] += 1; l = real(*a, **k)\n"
                       "    return l * float('nan') if os.environ['RANK'] == '1' and n[0] == 3 else l\n"
                       "S.base_loss = bad\nT.minbert_train()\n")

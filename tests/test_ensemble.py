@@ -268,7 +268,8 @@ def test_command_errors(fixture_runs, tmp_path):
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory, small_data):
     "Two tiny real runs that differ in their PEFT module (same seed, so the same dev_limit sample of dev)"
-    from minbert_nb.train import preset_config, train
+    from minbert_nb.config import preset_config
+    from minbert_nb.train import train
     runs = []
     for name, kw in (("plain", {}), ("lora", dict(peft="lora", lora_r=2))):
         out = tmp_path_factory.mktemp(name)

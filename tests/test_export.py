@@ -20,7 +20,8 @@ from minbert_nb import Predictor
 from minbert_nb.export import export_run, export_predictor, minbert_export, ExportError, EXPORT_FORMATS
 from minbert_nb.lora import LoRALinear
 from minbert_nb.pretrained import tokenize, resolve_checkpoint
-from minbert_nb.train import preset_config, train
+from minbert_nb.config import preset_config
+from minbert_nb.train import train
 from minbert_nb.data import load_split
 
 SINGLE = ["A man is playing a guitar.", "Someone plays an instrument on a small stage tonight.", "Stocks fell.", "Hi"]

@@ -11,8 +11,10 @@ from minbert_nb.checkpoint import load_checkpoint, UnsafeCheckpointError
 from minbert_nb.multitask import ModelConfig, MultitaskBert, fake_batch, _pad_to
 from minbert_nb.samplers import SCHEDULE_KINDS
 import minbert_nb.train as T
+import minbert_nb.commands as C
 from datapaths import SAMPLE
-from minbert_nb.train import TrainConfig, preset_config, train, TRAIN_SAMPLERS
+from minbert_nb.config import TrainConfig, preset_config, TRAIN_SAMPLERS
+from minbert_nb.train import train
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
@@ -24,7 +26,7 @@ class _Evil:
 
 
 def _run_cli(fn, args, env=None):
-    return subprocess.run([sys.executable, "-c", f"from minbert_nb.train import {fn}; {fn}()", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-c", f"from minbert_nb.commands import {fn}; {fn}()", *args], capture_output=True,
                           text=True, env={**ENV, **(env or {})}, timeout=300)
 
 
@@ -102,13 +104,13 @@ def test_one_list_per_name():
     with warnings.catch_warnings():            # every spelling of the embedded backbone is recognised as the small model
         warnings.simplefilter("error")
         for name in ("sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2", "minilm", "embedded"):
-            T._check_hardware(TrainConfig(backbone=name, device="cpu"))
+            C._check_hardware(TrainConfig(backbone=name, device="cpu"))
 
 
 @pytest.mark.parametrize("mod,fn,snake,kebab", [
-    ("minbert_nb.data", "minbert_data", ["--base_url", "u", "--check"], ["--base-url", "u", "--check", "true"]),
+    ("minbert_nb.fetch", "minbert_data", ["--base_url", "u", "--check"], ["--base-url", "u", "--check", "true"]),
     ("minbert_nb.bench", "minbert_bench", ["--batch_size", "4", "--skip_mfu"], ["--batch-size", "4", "--skip-mfu", "true"]),
-    ("minbert_nb.pretrained", "minbert_demo", ["--backbone", "x"], ["--backbone", "x"])])
+    ("minbert_nb.predictor", "minbert_demo", ["--backbone", "x"], ["--backbone", "x"])])
 def test_commands_take_snake_case_flags(mod, fn, snake, kebab):
     import importlib
     p = getattr(importlib.import_module(mod), fn).parser()

@@ -6,7 +6,9 @@ import pytest, torch
 from minbert_nb.core import cpu_bf16_supported
 from minbert_nb.data import DataError
 from minbert_nb.checkpoint import load_checkpoint
-from minbert_nb.train import TrainConfig, preset_config, train, build_data, _amp_dtype
+from minbert_nb.config import TrainConfig, preset_config
+from minbert_nb.train import train, _amp_dtype
+from minbert_nb.run_data import build_data
 from minbert_nb.pretrained import load_tokenizer
 
 

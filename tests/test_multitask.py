@@ -4,7 +4,8 @@ import pytest, torch
 from minbert_nb.core import tiny_config, set_seed, count_params
 from minbert_nb.bert import BertModel
 from minbert_nb.multitask import ModelConfig, MultitaskBert, fake_batch
-from minbert_nb.train import TrainConfig, task_loss
+from minbert_nb.config import TrainConfig
+from minbert_nb.train import task_loss
 from minbert_nb.optimizer import AdamW, param_groups
 from minbert_nb.samplers import ScheduleConfig, TaskSchedule
 

@@ -5,7 +5,9 @@ from pathlib import Path
 import pandas as pd
 import pytest, torch
 import minbert_nb.step as S
-from minbert_nb.train import train, config_from_args, TrainConfig
+from minbert_nb.train import train
+from minbert_nb.phases import run_training
+from minbert_nb.config import config_from_args, TrainConfig
 from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
 
 def _args(out, data, *extra):
@@ -14,7 +16,7 @@ def _args(out, data, *extra):
             "--hidden_dropout", "0.1", "--predict_test", "false", "--sst_phrases", "false", *extra]
 
 def _run(out, data, *extra, **kw):
-    return train(config_from_args(_args(out, data, *extra)), progress=False, **kw)
+    return run_training(config_from_args(_args(out, data, *extra)), progress=False, **kw)
 
 def _weights(run, f="last.pt"): return load_checkpoint(Path(run) / f)["model"]
 
@@ -67,7 +69,7 @@ def test_smart_and_bregman_train_and_resume_bit_exactly(tmp_path, small_data, mo
     _interrupt_at(monkeypatch, 7)                                                     # stop in epoch 1, resume, finish
     with pytest.raises(TrainingInterrupted): _run(tmp_path / "cut", small_data, *flags)
     monkeypatch.undo()
-    train(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
+    run_training(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
     assert _same(_weights(tmp_path / "full"), _weights(tmp_path / "cut"))
     assert _same(load_checkpoint(tmp_path / "full" / "last.pt")["step"]["terms"]["bpp"]["slow"],
                  load_checkpoint(tmp_path / "cut" / "last.pt")["step"]["terms"]["bpp"]["slow"])
@@ -96,7 +98,7 @@ def test_phases_carry_weights_and_resume_inside_a_phase(tmp_path, small_data, mo
     with pytest.raises(TrainingInterrupted): _run(tmp_path / "cut", small_data, "--phases", PHASES)
     monkeypatch.undo()
     assert (tmp_path / "cut" / "1-quora" / "metrics.json").is_file() and not (tmp_path / "cut" / "2-multitask" / "metrics.json").exists()
-    train(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
+    run_training(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
     assert _same(_weights(tmp_path / "full", "best.pt"), _weights(tmp_path / "cut", "best.pt"))
     assert json.loads((tmp_path / "cut" / "metrics.json").read_text())["overall"] == m["overall"]
 
@@ -119,6 +121,6 @@ def test_born_again_student_learns_from_its_teacher_and_resumes_bit_exactly(tmp_
     _interrupt_at(monkeypatch, 6 + 4)                                                 # the teacher phase takes 6 losses; stop inside the student's
     with pytest.raises(TrainingInterrupted): _run(tmp_path / "cut", small_data, "--phases", BORN_AGAIN)
     monkeypatch.undo()
-    train(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
+    run_training(config_from_args(["--resume", str(tmp_path / "cut")]), progress=False, resume=True)
     assert _same(_weights(tmp_path / "full", "best.pt"), _weights(tmp_path / "cut", "best.pt"))
     assert _same(_weights(tmp_path / "full" / "2-student"), _weights(tmp_path / "cut" / "2-student"))

@@ -376,7 +376,8 @@ def _train_args(out, data, *extra):
 def test_pcgrad_grad_accum_run_does_one_surgery_per_update_and_resumes_mid_window(tmp_path, small_data, monkeypatch):
     import os, signal
     import minbert_nb.step as S
-    from minbert_nb.train import train, config_from_args
+    from minbert_nb.train import train
+    from minbert_nb.config import config_from_args
     from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
     ends, real_end = [], S.PCGradGrads.end_step
     def end_step(self):

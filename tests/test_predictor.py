@@ -12,10 +12,13 @@ import torch.nn.functional as F
 from minbert_nb import Predictor
 from minbert_nb.predictor import SENTIMENT_LABELS
 from minbert_nb.multitask import ModelConfig, MultitaskBert
-from minbert_nb.train import preset_config, train, minbert_predict
+from minbert_nb.config import preset_config
+from minbert_nb.train import train
+from minbert_nb.phases import run_training
+from minbert_nb.commands import minbert_predict
 from minbert_nb.evaluate import read_predictions, prediction_path, read_raw, raw_path
 from minbert_nb.data import load_split
-from minbert_nb.pretrained import minbert_demo
+from minbert_nb.predictor import minbert_demo
 
 QQ = [("How do I learn Python?", "What is the best way to learn Python?"), ("How do I learn Python?", "Where is Lisbon?")]
 
@@ -26,7 +29,7 @@ def run(tmp_path_factory, small_data):
     cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
                         dev_limit=8, eval_batch_size=16, sst_phrases=False, peft="prefix", prefix_len=2, pair_swap=True,
                         phases=[{"name": "quora", "tasks": ["para"], "steps_per_epoch": 1}, {"name": "multitask"}])
-    train(cfg, progress=False)
+    run_training(cfg, progress=False)
     minbert_predict([str(out), "--splits", "dev"])     # the full dev files of the data folder: 60 rows per task
     return out
 

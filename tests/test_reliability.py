@@ -2,7 +2,8 @@
 import json, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest, torch
-from minbert_nb.train import TrainConfig, preset_config, train, config_from_args
+from minbert_nb.config import TrainConfig, preset_config, config_from_args
+from minbert_nb.train import train
 from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
 from minbert_nb.evaluate import read_predictions
 import minbert_nb.train as T
@@ -19,7 +20,7 @@ def _args(out, data):
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 def _cli(args, **kw):
-    return subprocess.Popen([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()", *args],
+    return subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, **kw)
 
 def _wait_for_checkpoint(run, proc, min_step, timeout=120):

@@ -3,7 +3,9 @@ import json, os, subprocess, sys
 from pathlib import Path
 import pandas as pd
 import pytest
-from minbert_nb.train import TrainConfig, preset_config, train, config_from_args, load_run, minbert_eval, minbert_predict
+from minbert_nb.config import TrainConfig, preset_config, config_from_args
+from minbert_nb.train import train, load_run
+from minbert_nb.commands import minbert_eval, minbert_predict
 from minbert_nb.evaluate import read_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,13 +84,13 @@ def test_cli_overrides_and_errors(tmp_path, capsys):
     assert "sampler='random'" in capsys.readouterr().err
 
 def test_train_command_reports_missing_data(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()",
+    r = subprocess.run([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()",
                         "--preset", "quick", "--data_dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")],
                        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "minbert_train:" in r.stderr and "nowhere" in r.stderr
 
 def test_gpu_preset_fails_clearly_offline(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "from minbert_nb.train import minbert_train; minbert_train()",
+    r = subprocess.run([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()",
                         "--preset", "sbert-bert-base", "--out", str(tmp_path / "r")],
                        capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "bert-base-uncased" in r.stderr and "Tried" in r.stderr
@@ -97,7 +99,7 @@ def test_extra_train_from_config(tmp_path, small_data):
     "A user adds an STS-like file through the config alone (columns mapped, label range 1-5 mapped onto 0-5)"
     f = tmp_path / "mine.csv"
     f.write_text("pid,left,right,score\n1,a dog runs,a dog is running,5\n2,a cat sleeps,stocks fell,1\n")
-    from minbert_nb.train import build_data, read_extra
+    from minbert_nb.run_data import build_data, read_extra
     from minbert_nb.pretrained import load_tokenizer
     df = read_extra(dict(task="sts", path=str(f), columns=dict(id="pid", sentence1="left", sentence2="right", label="score"), label_range=[1, 5]))
     assert df.label.tolist() == [5.0, 0.0] and df.id.tolist() == ["mine-1", "mine-2"]

@@ -27,7 +27,7 @@ def main(argv=None):
     from minbert_nb.data import load_split, find_data_dir
     from minbert_nb.pretrained import resolve_checkpoint
     from minbert_nb.evaluate import write_predictions
-    from minbert_nb.checkpoint import code_version
+    from minbert_nb.core import code_version
     torch.set_num_threads(a.threads); set_seed(a.seed)
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
