@@ -6,13 +6,13 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16_ablate.ipynb #8f0298e2
 from __future__ import annotations
-import json, math, re, shutil, sys, time
+import json, math, re, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
-from .core import set_seed, default_device, stamp_figure, cli, code_version
+from .core import set_seed, default_device, stamp_figure, code_version
 from .data import DataError, find_data_dir, sample_data_dir
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded
@@ -29,7 +29,7 @@ from .ensemble import ensemble_runs
 __all__ = ['SCALES', 'PHASE_BUDGET', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R', 'table',
            'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part', 'run_row',
            'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
-           'parse_seeds', 'run_table', 'write_table', 'list_tables', 'minbert_ablate']
+           'parse_seeds', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -600,26 +600,3 @@ def list_tables(table_id:str|None=None) -> str:
     if table_id is None: return "\n".join(f"{t.id:8s} {len(t.rows):2d} rows  {t.caption}" for t in TABLES.values())
     t = TABLES[table_id]
     return "\n".join([t.caption] + [f"{i:3d}. {r.name}" + (f"  [cannot run: {r.needs}]" if r.needs else "") for i, r in enumerate(t.rows, 1)])
-
-@cli
-def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
-                   table:str=None,            # table id, e.g. 000-T10 (see --list)
-                   scale:str="quick",         # tiny: a smoke test; quick: minutes per row on 2 CPU cores; full: the papers' budgets
-                   out:str=None,              # output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again
-                   rows:str=None,             # 1-based rows to run, e.g. 1,3 (default: all)
-                   backbone:str=None,         # backbone for every row (default: the embedded all-MiniLM-L6-v2)
-                   data_dir:str=None,         # data folder (default: $MINBERT_DATA or ../shared/data)
-                   device:str=None,           # cpu | cuda | mps (default: the best available)
-                   keep_checkpoints:bool=False,  # keep each run's best.pt / last.pt
-                   seeds:str=None,            # run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd
-                   quiet:bool=False):         # no progress bars
-    "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
-    try:
-        if list: print(list_tables(table)); return
-        if not table: sys.exit("minbert_ablate: give --table ID (or --list to see them).")
-        if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
-        out = Path(out or f"runs/ablate-{table}-{scale}")
-        run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds)
-    except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
-    print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
-

@@ -1,4 +1,4 @@
-"""The four reports' findings as a registry of claims (rows A against rows B on one metric, with the sign the paper asserts), and their verdicts over seeds from the run folders of `minbert_ablate`: `minbert_report`.
+"""The four reports' findings as a registry of claims (rows A against rows B on one metric, with the sign the paper asserts), and their verdicts over seeds from the run folders of `minbert_ablate`: `minbert_ablate --report` (`16b_reproduce`).
 
 Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 
@@ -6,19 +6,19 @@ Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 
 # %% ../nbs/16a_claims.ipynb #3ad7027a
 from __future__ import annotations
-import json, math, os, sys
+import json, math, os
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats
-from .core import stamp_figure, cli, code_version
+from .core import stamp_figure, code_version
 from .ablate import TABLES, PaperTable, Row, row_dir, our_value, _merge
 
 # %% auto #0
 __all__ = ['CLAIMS', 'MIN_SEEDS', 'CSV_COLUMNS', 'Claim', 'claim', 'paired_ci', 'verdict', 'table_folders', 'pick_folder',
            'row_runs', 'row_value', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'report_markdown',
-           'write_report', 'minbert_report']
+           'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -264,11 +264,3 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
     (out/"report.md").write_text(report_markdown(df))
     for t in df["table"].unique(): plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"))
     return df
-
-@cli
-def minbert_report(results:str="results/ablate",     # where the tables' run folders are (minbert_ablate --out)
-                   out:str="results/reproduction"):  # where claims.csv, report.md and figures/ go
-    "Every claim's verdict from the run folders of minbert_ablate (no training): claims.csv, report.md and a figure per table"
-    try: df = write_report(results, out)
-    except (FileNotFoundError, ValueError) as e: sys.exit(f"minbert_report: {e}")
-    print(df["verdict"].value_counts().to_string()); print(f"-> {Path(out)/'claims.csv'}, {Path(out)/'report.md'}")

@@ -94,10 +94,10 @@ def _table_dir(root, tid, name, scale):
     (d/"ablate.json").write_text(json.dumps(dict(table=tid, scale=scale, backbone=None))); return d
 
 def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
-    "`minbert_report` on run folders written here: every verdict and interval against numbers computed by hand"
+    "`minbert_ablate --report` on run folders written here: every verdict and interval against numbers computed by hand"
     import pandas as pd
     import minbert_nb.claims as C
-    from minbert_nb.claims import minbert_report
+    from minbert_nb.reproduce import minbert_ablate
     t3, t10, t0 = A.TABLES["003-T2"], A.TABLES["000-T10"], A.TABLES["000-T3"]
     d = _table_dir(tmp_path, "003-T2", "003-T2-quick", "quick")           # three seeds
     for i, s in enumerate((0, 1, 2)):
@@ -114,7 +114,7 @@ def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
         f = A.row_dir(d, t0, t0.row(row)); f.mkdir(parents=True); (f/"row.json").write_text("{}")
         _fake(f/"part1-sst", sst_acc=sst); _fake(f/"part2-cfimdb", cfimdb_acc=0.9)
     monkeypatch.chdir(tmp_path)
-    minbert_report(["--results", "results/ablate", "--out", "results/reproduction"])
+    minbert_ablate(["--report", "--results", "results/ablate", "--report_out", "results/reproduction"])
     csv = pd.read_csv("results/reproduction/claims.csv")
     assert tuple(csv.columns) == ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds",
                                   "verdict", "a_runs", "b_runs")
