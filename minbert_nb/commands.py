@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/commands.html.md"""
 
 # %% ../nbs/14a_commands.ipynb #c1f9ff77
 from __future__ import annotations
-import dataclasses, sys, warnings
+import dataclasses, sys, time, warnings
 from pathlib import Path
 from .core import default_device, cli
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
@@ -14,11 +14,13 @@ from .data import DataError
 from .fetch import ensure_data
 from .checkpoint import TrainingInterrupted, write_json
 from .config import TrainConfig, parse_train_args
-from .train import dist_env, dry_run, load_run, score_dev, predict, amp_dtype
+from .peft import format_params
+from .multitask import MultitaskBert
+from .train import dist_env, load_run, score_dev, predict, amp_dtype
 from .phases import run_training
 
 # %% auto #0
-__all__ = ['minbert_train', 'minbert_eval', 'minbert_predict']
+__all__ = ['dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/14a_commands.ipynb #23fa250e
 def _check_hardware(cfg:TrainConfig):
@@ -28,6 +30,16 @@ def _check_hardware(cfg:TrainConfig):
     if cfg.dry_run: return
     if big and dev.type == "cpu":
         warnings.warn(f"backbone {cfg.backbone} on CPU: a full run of preset {cfg.preset} takes days; use a GPU (--device cuda).")
+
+def dry_run(cfg:TrainConfig) -> dict:
+    "Build the model of `cfg` (no data, no training), write `RUN_DIR/params.json` and print the counts"
+    run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-dry-{time.strftime('%Y%m%d-%H%M%S')}")
+    model = MultitaskBert(cfg.model_config())
+    r = model.param_report()
+    write_json(r, run/"params.json")
+    print(f"{cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
+          f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
+    return r
 
 def minbert_train(argv=None):
     "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"

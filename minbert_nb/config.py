@@ -7,11 +7,10 @@ Docs: https://minbert-nb.github.io/minbert_nb/config.html.md"""
 # %% ../nbs/08c_config.ipynb #b5c82fba
 from __future__ import annotations
 import argparse, json, types, typing
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from .core import arg_parser, add_arg
 from .multitask import ModelConfig
-from .peft import PeftConfig
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig
 
 # %% auto #0
@@ -273,10 +272,10 @@ def config_fields() -> list:
     """`TrainConfig`'s fields as `(field, help)` in the order of its sections: the run, the model (`ModelConfig`), its PEFT
     modules (`PeftConfig`), then data, schedule, optimisation...; the help is the comment beside the field's declaration"""
     from fastcore.docments import docments
-    by = {f.name: f for f in fields(TrainConfig)}
+    by, bases = {f.name: f for f in fields(TrainConfig)}, [c for c in TrainConfig.__mro__[1:] if is_dataclass(c)]   # ModelConfig, PeftConfig
     own = [n for n in TrainConfig.__annotations__ if n in by]
-    order = own[:own.index("max_length")] + list(ModelConfig.__annotations__) + [f.name for f in fields(PeftConfig)] + own[own.index("max_length"):]
-    docs = {k: v for c in (PeftConfig, ModelConfig, TrainConfig) for k, v in docments(c).items() if v}   # each field's inline comment
+    order = own[:own.index("max_length")] + [n for c in bases for n in c.__annotations__ if n in by] + own[own.index("max_length"):]
+    docs = {k: v for c in (*bases[::-1], TrainConfig) for k, v in docments(c).items() if v}   # each field's inline comment
     return [(by[n], docs.get(n)) for n in order]
 
 def config_from_args(argv=None) -> TrainConfig:

@@ -21,7 +21,6 @@ from .attention import configure_sdpa
 from .pretrained import load_tokenizer, resolve_checkpoint
 from .data import SCORE_KEYS, make_loader
 from .multitask import MultitaskBert
-from .peft import format_params
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
 from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe
@@ -36,7 +35,7 @@ from .run_data import build_data
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype',
            'optimizer_updates', 'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train',
-           'score_dev', 'load_run', 'dry_run']
+           'score_dev', 'load_run']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -475,6 +474,11 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
             run.end_epoch(epoch, stop)
     return run.finish()
 
+if __name__ == "__main__" and globals().get("__spec__") is not None:   # python -m minbert_nb.train: the commands moved, say where
+    raise SystemExit("minbert_nb.train holds the training loop; the command is `minbert_train`, or `python -m minbert_nb.commands` "
+                     "(`torchrun ... -m minbert_nb.commands` for several processes), with the same flags.")
+
+
 # %% ../nbs/09_train.ipynb #e6e1618d
 def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
     "Dev metrics of `model` on `tasks` (default: `cfg`'s) over the dev rows `cfg` selects (its data folder and `dev_limit`)"
@@ -495,19 +499,3 @@ def load_run(run_dir, device=None):
     model = MultitaskBert(cfg.model_config())
     model.load_state_dict(load_checkpoint(run/"best.pt")["model"])
     return model.to(dev).eval(), cfg
-
-# %% ../nbs/09_train.ipynb #cb25fc87
-def dry_run(cfg:TrainConfig) -> dict:
-    "Build the model of `cfg` (no data, no training), write `RUN_DIR/params.json` and print the counts"
-    run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-dry-{time.strftime('%Y%m%d-%H%M%S')}")
-    model = MultitaskBert(cfg.model_config())
-    r = model.param_report()
-    write_json(r, run/"params.json")
-    print(f"{cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
-          f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
-    return r
-
-if __name__ == "__main__" and globals().get("__spec__") is not None:   # python -m minbert_nb.train: the commands moved, say where
-    raise SystemExit("minbert_nb.train holds the training loop; the command is `minbert_train`, or `python -m minbert_nb.commands` "
-                     "(`torchrun ... -m minbert_nb.commands` for several processes), with the same flags.")
-

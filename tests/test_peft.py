@@ -14,7 +14,8 @@ from minbert_nb.prefix import inject_prefix
 from minbert_nb.peft import is_peft_param
 from minbert_nb.multitask import ModelConfig, MultitaskBert
 from minbert_nb.config import preset_config, config_from_args
-from minbert_nb.train import train, load_run, dry_run
+from minbert_nb.train import train, load_run
+from minbert_nb.commands import dry_run
 from minbert_nb.checkpoint import load_checkpoint
 
 SENTS = ["A man is playing a guitar.", "Someone plays an instrument on a small stage tonight.", "Stocks fell.", "Hi"]
