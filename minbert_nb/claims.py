@@ -250,7 +250,7 @@ def report_markdown(df:pd.DataFrame) -> str:
             out += [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff)}; ours {_f(r.ours_diff)} [{_f(r.ci_low)}, {_f(r.ci_high)}] over {r.seeds} seeds"
-                    + (f" at scale `{r.scale}` ({r.folder})" if r.scale else " (no run folder for this table)")]
+                    + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
             if r.note: out.append(f"- note: {r.note}")
             if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")
             out.append("")
