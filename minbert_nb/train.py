@@ -187,7 +187,7 @@ def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("t
             write_raw(df, t, raw_path(run, t, split))      # the raw outputs beside it (for ensembles, 15_ensemble)
     return written
 
-# %% ../nbs/09_train.ipynb #97c82f43
+# %% ../nbs/09_train.ipynb #08572ae6
 class Run:
     """One training run, in the order `train` takes it: `open` the run folder (or the one to resume), `build` the data,
     model, optimiser and step, then per epoch `train_epoch` and `end_epoch`, and `finish`. What the steps share are its
@@ -224,97 +224,105 @@ class Run:
         self.pad_multiple = pad_multiple_of(cfg, self.device)
         return self
 
-    def build(self) -> Run:
-        "The data and its loaders, the model, the optimiser and schedules, the step; on resume, their saved state"
-        self._data(); self._model(); self._optimiser(); self._step()
-        return self
+# %% ../nbs/09_train.ipynb #17a56d2d
+@patch
+def build(self:Run) -> Run:
+    "The data and its loaders, the model, the optimiser and schedules, the step; on resume, their saved state"
+    self._data(); self._model(); self._optimiser(); self._step()
+    return self
 
-    def _data(self):
-        "The run's data (read, or from the cache), and a loader per task and split: this rank's slice of the training sets"
-        cfg, device, world, rank = self.cfg, self.device, self.world, self.rank
-        self.tok = load_tokenizer(cfg.backbone)
-        t = time.time()
-        self.data = data = build_data(cfg, self.tok, ("train", "dev"))
-        self.data_time = time.time() - t
-        if self.main: print(f"data: {self.data_time:.1f} s ({_cache_note(data['cache'])})")
-        self.skipped = sum(v for k, v in data["files"].items() if k.endswith("_skipped_rows"))
-        if self.skipped: print(f"skipped {self.skipped} bad data row(s) (--skip_bad_rows); see train_files in metrics.json")
-        mk = lambda ds, bs, shuffle, **kw: make_loader(ds, bs, shuffle=shuffle, bucket=cfg.bucket, seed=cfg.seed,
-                                                       pin_memory=device.type == "cuda", pad_multiple=self.pad_multiple, **kw)
-        full = lambda ds, bs: cfg.compile and len(ds) >= bs   # compiled: full training batches only, one batch size per kind (the rest comes next pass)
-        self.train_dl = {t: mk(ds, cfg.batch_size, True, num_replicas=world, rank=rank, drop_last=full(ds, cfg.batch_size))
-                         for t, ds in data["train"].items()}
-        self.pos_dl = ({"contrastive": mk(data["contrastive"], cfg.contrastive_batch, True, num_replicas=world, rank=rank,
-                                          drop_last=full(data["contrastive"], cfg.contrastive_batch))} if "contrastive" in data else {})
-        self.dev_dl = {t: mk(ds, cfg.eval_batch_size, False) for t, ds in data["dev"].items()}
+@patch
+def _data(self:Run):
+    "The run's data (read, or from the cache), and a loader per task and split: this rank's slice of the training sets"
+    cfg, device, world, rank = self.cfg, self.device, self.world, self.rank
+    self.tok = load_tokenizer(cfg.backbone)
+    t = time.time()
+    self.data = data = build_data(cfg, self.tok, ("train", "dev"))
+    self.data_time = time.time() - t
+    if self.main: print(f"data: {self.data_time:.1f} s ({_cache_note(data['cache'])})")
+    self.skipped = sum(v for k, v in data["files"].items() if k.endswith("_skipped_rows"))
+    if self.skipped: print(f"skipped {self.skipped} bad data row(s) (--skip_bad_rows); see train_files in metrics.json")
+    mk = lambda ds, bs, shuffle, **kw: make_loader(ds, bs, shuffle=shuffle, bucket=cfg.bucket, seed=cfg.seed,
+                                                   pin_memory=device.type == "cuda", pad_multiple=self.pad_multiple, **kw)
+    full = lambda ds, bs: cfg.compile and len(ds) >= bs   # compiled: full training batches only, one batch size per kind (the rest comes next pass)
+    self.train_dl = {t: mk(ds, cfg.batch_size, True, num_replicas=world, rank=rank, drop_last=full(ds, cfg.batch_size))
+                     for t, ds in data["train"].items()}
+    self.pos_dl = ({"contrastive": mk(data["contrastive"], cfg.contrastive_batch, True, num_replicas=world, rank=rank,
+                                      drop_last=full(data["contrastive"], cfg.contrastive_batch))} if "contrastive" in data else {})
+    self.dev_dl = {t: mk(ds, cfg.eval_batch_size, False) for t, ds in data["dev"].items()}
 
-    def _model(self):
-        "The model (wrapped for DDP and compiled when asked), with a previous phase's weights, Quora's prior shift and prefixes"
-        cfg, train = self.cfg, self.data["train"]
-        self.model = model = MultitaskBert(cfg.model_config()).to(self.device)
-        self.fwd = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                       find_unused_parameters=True) if self.distributed else model   # one task's head per step: the others get no gradient
-        self.graphs0 = _compiled_graphs() if cfg.compile else None
-        if cfg.compile: self.fwd = compile_forward(self.fwd, model, cfg)
-        if self.init_from is not None and not self.resume and not cfg.from_pretrained:
-            model.load_state_dict(load_checkpoint(self.init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
-        self.bias, self.train_prior = _para_bias(train.get("para"), cfg.para_prior)
-        model.para_logit_bias.fill_(self.bias)
-        if not self.resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
-            model.init_prefixes({t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()})
-        self.counts = model.param_report()
+@patch
+def _model(self:Run):
+    "The model (wrapped for DDP and compiled when asked), with a previous phase's weights, Quora's prior shift and prefixes"
+    cfg, train = self.cfg, self.data["train"]
+    self.model = model = MultitaskBert(cfg.model_config()).to(self.device)
+    self.fwd = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                   find_unused_parameters=True) if self.distributed else model   # one task's head per step: the others get no gradient
+    self.graphs0 = _compiled_graphs() if cfg.compile else None
+    if cfg.compile: self.fwd = compile_forward(self.fwd, model, cfg)
+    if self.init_from is not None and not self.resume and not cfg.from_pretrained:
+        model.load_state_dict(load_checkpoint(self.init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
+    self.bias, self.train_prior = _para_bias(train.get("para"), cfg.para_prior)
+    model.para_logit_bias.fill_(self.bias)
+    if not self.resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
+        model.init_prefixes({t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()})
+    self.counts = model.param_report()
 
-    def _optimiser(self):
-        "AdamW with its parameter groups, the task schedule, the learning-rate schedule and the task iterators"
-        cfg, model = self.cfg, self.model
-        scale = None if cfg.layer_decay == 1 else layer_decay_scale(model.bert.config.num_hidden_layers, cfg.layer_decay)
-        self.opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay, scale_fn=scale))
-        if cfg.contrastive_only:   # every step a batch of positive pairs, nothing else
-            if not self.pos_dl: raise ValueError("contrastive_only=True, but no contrastive pairs were built (contrastive_weight is 0?).")
-            self.sched = TaskSchedule(ScheduleConfig(kind="round_robin", steps_per_epoch=cfg.steps_per_epoch, seed=cfg.seed, anchor="contrastive"),
-                                      {"contrastive": len(self.pos_dl["contrastive"])}, cfg.epochs)
-        else: self.sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in self.train_dl.items()}, cfg.epochs)
-        total_updates = optimizer_updates(self.sched, cfg.epochs, cfg.grad_accum)   # what the loop takes: the schedule ends at the last one
-        self.lr_sched = make_scheduler(self.opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
-        self.iters = TaskIterators({**self.train_dl, **self.pos_dl}, seed=cfg.seed)
-        self.st = dict(epoch=1, i=0, step=0, history=[], best=None, best_epoch=None, best_metrics=None,
-                       losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0, wall=0.0)
+# %% ../nbs/09_train.ipynb #840598a2
+@patch
+def _optimiser(self:Run):
+    "AdamW with its parameter groups, the task schedule, the learning-rate schedule and the task iterators"
+    cfg, model = self.cfg, self.model
+    scale = None if cfg.layer_decay == 1 else layer_decay_scale(model.bert.config.num_hidden_layers, cfg.layer_decay)
+    self.opt = AdamW(param_groups(model, dict(backbone=cfg.lr_backbone, head=cfg.lr_heads, adapter=cfg.lr_adapters), cfg.weight_decay, scale_fn=scale))
+    if cfg.contrastive_only:   # every step a batch of positive pairs, nothing else
+        if not self.pos_dl: raise ValueError("contrastive_only=True, but no contrastive pairs were built (contrastive_weight is 0?).")
+        self.sched = TaskSchedule(ScheduleConfig(kind="round_robin", steps_per_epoch=cfg.steps_per_epoch, seed=cfg.seed, anchor="contrastive"),
+                                  {"contrastive": len(self.pos_dl["contrastive"])}, cfg.epochs)
+    else: self.sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in self.train_dl.items()}, cfg.epochs)
+    total_updates = optimizer_updates(self.sched, cfg.epochs, cfg.grad_accum)   # what the loop takes: the schedule ends at the last one
+    self.lr_sched = make_scheduler(self.opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
+    self.iters = TaskIterators({**self.train_dl, **self.pos_dl}, seed=cfg.seed)
+    self.st = dict(epoch=1, i=0, step=0, history=[], best=None, best_epoch=None, best_metrics=None,
+                   losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0, wall=0.0)
 
-    def _step(self):
-        "The training step with its loss terms and gradient transform, the probe and the weight average; a resumed run's state"
-        cfg, ck, model, world, device = self.cfg, self.ck, self.model, self.world, self.device
-        if self.resume:
-            model.load_state_dict(ck["model"]); self.opt.load_state_dict(ck["optimizer"]); self.lr_sched.load_state_dict(ck["lr_scheduler"])
-            self.iters.load_state_dict(ck["iterators"]); self.st = ck["progress"]; set_rng_state(ck["rng"])
-            print(f"resuming {self.dir}: epoch {self.st['epoch']}, step {self.st['i']} of the epoch, {self.st['step']} optimizer steps done")
-        self.st["data_time_s"] = self.data_time   # this process's: a resumed run reads its data again
-        if self.main: print(f"run {self.dir} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
-                            + f" | params {self.counts['total']:,} (trainable {self.counts['trainable']:,}) | schedule {self.sched}")
-        self.wall0 = self.st["wall"]
-        self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
-                                     transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum,
-                                     amp_dtype=self.amp_dtype, device=device, sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50),
-                                     world=world, rank=self.rank, task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight,
-                                     mnrl_scale=cfg.mnrl_scale)
-        step.stats.checkpoint = str(self.dir/"last.pt")
-        self.probe = _conflict_probe(cfg, model, self.data, step.ctx, world) if cfg.grad_conflicts else None
-        self.ema = WeightEMA(model, cfg.ema) if cfg.ema else None   # the averaged weights: evaluated and saved, raw ones scored beside them
-        if self.resume and self.ema is not None and "ema" in ck: self.ema.load_state_dict(ck["ema"])
-        if self.resume and "step" in ck:
-            step.load_state_dict(ck["step"])
-            if self.probe is not None and "probe" in ck: self.probe.load_state_dict(ck["probe"])
+@patch
+def _step(self:Run):
+    "The training step with its loss terms and gradient transform, the probe and the weight average; a resumed run's state"
+    cfg, ck, model, world, device = self.cfg, self.ck, self.model, self.world, self.device
+    if self.resume:
+        model.load_state_dict(ck["model"]); self.opt.load_state_dict(ck["optimizer"]); self.lr_sched.load_state_dict(ck["lr_scheduler"])
+        self.iters.load_state_dict(ck["iterators"]); self.st = ck["progress"]; set_rng_state(ck["rng"])
+        print(f"resuming {self.dir}: epoch {self.st['epoch']}, step {self.st['i']} of the epoch, {self.st['step']} optimizer steps done")
+    self.st["data_time_s"] = self.data_time   # this process's: a resumed run reads its data again
+    if self.main: print(f"run {self.dir} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
+                        + f" | params {self.counts['total']:,} (trainable {self.counts['trainable']:,}) | schedule {self.sched}")
+    self.wall0 = self.st["wall"]
+    self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
+                                 transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum,
+                                 amp_dtype=self.amp_dtype, device=device, sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50),
+                                 world=world, rank=self.rank, task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight,
+                                 mnrl_scale=cfg.mnrl_scale)
+    step.stats.checkpoint = str(self.dir/"last.pt")
+    self.probe = _conflict_probe(cfg, model, self.data, step.ctx, world) if cfg.grad_conflicts else None
+    self.ema = WeightEMA(model, cfg.ema) if cfg.ema else None   # the averaged weights: evaluated and saved, raw ones scored beside them
+    if self.resume and self.ema is not None and "ema" in ck: self.ema.load_state_dict(ck["ema"])
+    if self.resume and "step" in ck:
+        step.load_state_dict(ck["step"])
+        if self.probe is not None and "probe" in ck: self.probe.load_state_dict(ck["probe"])
 
-    def save_last(self):
-        "Write `last.pt` (rank 0): everything needed to continue the run exactly"
-        self.st["wall"] = self.wall0 + time.time() - self.t0
-        extra = dict(step=self.step.state_dict(), **(dict(probe=self.probe.state_dict()) if self.probe is not None else {}),
-                     **(dict(ema=self.ema.state_dict()) if self.ema is not None else {}))
-        if not self.main: return
-        atomic_save(dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(), lr_scheduler=self.lr_sched.state_dict(),
-                         iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st, config=asdict(self.cfg), code=self.code,
-                         **extra), self.dir/"last.pt")
+@patch
+def save_last(self:Run):
+    "Write `last.pt` (rank 0): everything needed to continue the run exactly"
+    self.st["wall"] = self.wall0 + time.time() - self.t0
+    extra = dict(step=self.step.state_dict(), **(dict(probe=self.probe.state_dict()) if self.probe is not None else {}),
+                 **(dict(ema=self.ema.state_dict()) if self.ema is not None else {}))
+    if not self.main: return
+    atomic_save(dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(), lr_scheduler=self.lr_sched.state_dict(),
+                     iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st, config=asdict(self.cfg), code=self.code,
+                     **extra), self.dir/"last.pt")
 
-# %% ../nbs/09_train.ipynb #f553a944
+# %% ../nbs/09_train.ipynb #1ba674e6
 @patch
 def train_epoch(self:Run, epoch:int, stop:GracefulStop):
     "One pass over the epoch's plan of steps, from where a resumed run stopped; checkpoints and stop requests inside"
@@ -360,6 +368,7 @@ def _after_update(self:Run, epoch:int, i:int, n:int, halt:bool, stop:GracefulSto
         if halt: raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{n} "
                                            f"({self.dir/'last.pt'}). Resume with: minbert_train --resume {self.dir}")
 
+# %% ../nbs/09_train.ipynb #038c0779
 @patch
 def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     "Score the epoch on dev (rank 0), log it, keep the best epoch's weights and predictions, checkpoint; the other ranks wait"

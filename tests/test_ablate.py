@@ -34,9 +34,9 @@ def test_numbers_parser():
     assert _contains([1.0, 2.0, 3.0], [2.0, 3.0]) and not _contains([1.0, 2.0, 3.0], [3.0, 2.0])
 
 def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, monkeypatch):
-    calls, real = [], A.train
+    calls, real = [], A.run_training
     def counting(cfg, *a, **k): calls.append(cfg.preset); return real(cfg, *a, **k)
-    monkeypatch.setattr(A, "train", counting)
+    monkeypatch.setattr(A, "run_training", counting)
     out, data = tmp_path/"t10", str(SAMPLE)
     A.run_table("000-T10", out, "tiny", rows=[1, 2], data_dir=data, progress=False)
     assert calls == ["000-T10/Round Robin", "000-T10/Proportional"]
@@ -45,10 +45,10 @@ def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, 
         calls.append(cfg.preset)
         if cfg.preset.endswith("Annealed"): raise KeyboardInterrupt
         return real(cfg, *a, **k)
-    monkeypatch.setattr(A, "train", failing); calls.clear()
+    monkeypatch.setattr(A, "run_training", failing); calls.clear()
     with pytest.raises(KeyboardInterrupt): A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
     assert calls == ["000-T10/Square Root", "000-T10/Annealed"]
-    monkeypatch.setattr(A, "train", counting); calls.clear()
+    monkeypatch.setattr(A, "run_training", counting); calls.clear()
     df = A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
     assert calls == ["000-T10/Annealed"]            # only the unfinished row trains again
     assert {p: p.stat().st_mtime_ns for p in done} == done

@@ -302,7 +302,7 @@ def test_download_unpinned_needs_flag(tmp_path, server):
 
 
 def test_download_unpinned_checked_by_rows_and_layout(tmp_path, server, monkeypatch):
-    import minbert_nb.data as D
+    import minbert_nb.fetch as D
     monkeypatch.setitem(D.UNPINNED_CHECKS, "quora-train.csv", dict(task="para", labelled=True, rows=(300, 300)))
     r = fetch_cs224n(tmp_path, f"{server}/good/", files={"quora-train.csv": None}, timeout=5)
     assert r == {"quora-train.csv": "downloaded, 300 rows, layout verified (no pinned SHA-256)"}
@@ -312,7 +312,7 @@ def test_download_unpinned_checked_by_rows_and_layout(tmp_path, server, monkeypa
 
 
 def test_ensure_data_fetches_what_a_run_lacks(tmp_path, server, monkeypatch):
-    import minbert_nb.data as D
+    import minbert_nb.fetch as D
     monkeypatch.setitem(D.UNPINNED_CHECKS, "quora-train.csv", dict(task="para", labelled=True, rows=(300, 300)))
     d = tmp_path/"data"; (d/"cs224n").mkdir(parents=True)
     for f in ("ids-sst-train.csv", "ids-sst-dev.csv", "quora-dev.csv"): (d/"cs224n"/f).write_bytes((SAMPLE/"cs224n"/f).read_bytes())

@@ -54,7 +54,7 @@ CHROMIUM = shutil.which("chromium")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium): "
                                     "the in-browser checks of the docs site (links, images, sidebar, math, screenshots) are skipped")
 SCREENS = ROOT / "_site_screens"                   # screenshots kept for people to look at (git-ignored)
-MATH_PAGES = ("losses.html", "smart.html", "train.html")   # pages whose prose has TeX math
+MATH_PAGES = ("losses.html", "smart.html", "run_data.html")   # pages whose prose has TeX math
 SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (17_analysis) once it exists
 
 SECTIONS = ["Start here", "Model", "Data", "Training", "Parameter-efficient modules", "Multitask optimisation", "Experiments"]
