@@ -50,3 +50,15 @@ def test_notebooks_import_only_earlier_ones():
             for mod in re.findall(r"(?:from|import) minbert_nb\.(\w+)", "".join(c["source"])):
                 if mod in home and order[home[mod]] > order[nb.stem]: later.add((nb.stem, home[mod]))
     assert later <= KNOWN_LATER, f"notebooks importing from later ones: {sorted(later - KNOWN_LATER)}"
+
+
+def test_readme_report_counts_are_the_committed_report():
+    "The README's verdict counts are those of results/reproduction/claims.csv (re-run `minbert_ablate --report`, then update both)"
+    import pandas as pd
+    counts = pd.read_csv(ROOT/"results"/"reproduction"/"claims.csv")["verdict"].value_counts().to_dict()
+    text = " ".join((ROOT/"README.md").read_text().split())
+    m = re.search(r"tests (\d+) of their claims.*?Today: (\d+) reproduced, (\d+) contradicted, (\d+) inconclusive.*?, (\d+) not run", text)
+    assert m, "README: the reproduction report's summary line is missing"
+    total, rep, con, inc, nr = map(int, m.groups())
+    assert (total, rep, con, inc, nr) == (sum(counts.values()), counts.get("reproduced", 0), counts.get("contradicted", 0),
+                                          counts.get("inconclusive", 0), counts.get("not run", 0)), counts
