@@ -192,7 +192,9 @@ table("000-T11", "Table 11: Result of different training datasets on performance
       base=dict(_S000, **_SBERT), percent=True, source="000 lines 305-313", note=_P000)
 
 # %% ../nbs/16_ablate.ipynb #6171a433
-_S002 = dict(PRESETS["baseline"], hidden_dropout=None, lr_heads=1e-5, pair_features="sum")   # [CLS], linear heads on u + v, round-robin, batch 8
+_S002 = dict(PRESETS["baseline"], hidden_dropout=None, lr_heads=1e-5, pair_features="sum",   # [CLS], linear heads on u + v, round-robin, batch 8
+             schedule="constant", warmup=0.0)   # no learning-rate scheduler: the report's "(none, linear)" names one only for some LoRA/DoRA runs
+_LINSCHED = dict(schedule="linear", warmup=0.0)   # the report's "linear rate scheduler": a linear decay (it mentions no warm-up)
 _COS = dict(sts_head="cosine", cosine_floor=-1.0)   # (cos + 1) * 5/2, as seed 002 maps the cosine
 _ANN = lambda steps: dict(sampler="annealed", steps_per_epoch=steps, upweight={"sst": 2, "sts": 2})
 _EP = lambda e: dict(epochs=e, scaled=dict(epochs=max(1, math.ceil(e / 20))))
@@ -211,23 +213,26 @@ table("002-T2", "Table 2: Performance scores on dev sets for different models.",
         ((10, (0.508, 0.680, 0.351, 0.621)), (20, (0.506, 0.711, 0.368, 0.634)), (40, (0.518, 0.735, 0.373, 0.646)), (60, (0.516, 0.746, 0.393, 0.653)))],
       R("full-model-anneal1800-10-1e-05", (0.488, 0.743, 0.363, 0.638), **_ANN(1800), **_EP(10)),
       R("full-model-anneal3600-20-1e-05", (0.515, 0.760, 0.381, 0.655), **_ANN(3600), **_EP(20)),
-      R("dora-anneal1800-concatembed-60-2e-04", (0.478, 0.726, 0.378, 0.631), **_LORA("dora", 2e-4), **_ANN(1800), **_EP(60), pair_features="uv"),
+      R("dora-anneal1800-concatembed-60-2e-04", (0.478, 0.726, 0.378, 0.631), **_LORA("dora", 2e-4), **_ANN(1800), **_EP(60), pair_features="uv",
+        note="no scheduler: the report varies it for LoRA/DoRA (none, linear) without saying which this row used; its name has no lrlinsched"),
       R("lora-concatembed-sharedlayer-80-4e-04", (0.490, 0.662, 0.377, 0.613),
         needs="a linear layer shared by the paraphrase and STS heads: not built in minbert_nb"),
-      R("lora-concatembed-80-4e-04", (0.490, 0.680, 0.359, 0.617), **_LORA("lora", 4e-4), **_EP(80), pair_features="uv"),
+      R("lora-concatembed-80-4e-04", (0.490, 0.680, 0.359, 0.617), **_LORA("lora", 4e-4), **_EP(80), pair_features="uv", **_LINSCHED,
+        note="a linear scheduler: the report's Table 1 models (this row is a member of its 5-ensemble) used one"),
       R("full-model-anneal3600-60-1e-05-cos", (0.498, 0.779, 0.459, 0.669), **_ANN(3600), **_COS, **_EP(60)),
       R("full-model-mnrladddata3-anneal3600-60-1e-05-cos", (0.486, 0.779, 0.517, 0.674), **_ANN(3600), **_COS, **_MNRL, **_EP(60),
         note="MNRL phase (3 epochs at full scale) on Quora duplicates and STS pairs >= 4, then multitask"),
       R("full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", (0.500, 0.775, 0.498, 0.675), **_ANN(3600), **_COS, **_MNRL, epochs=60,
         batch_size=16, scaled=dict(epochs=3, batch_size=16), note="'16' read as batch size 16"),
       R("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", (0.480, 0.746, 0.384, 0.639), **_LORA("dora", 2e-4), **_ANN(3600), pair_features="uv",
-        epochs=35, batch_size=16, schedule="linear", scaled=dict(epochs=2, batch_size=16)),
+        epochs=35, batch_size=16, **_LINSCHED, scaled=dict(epochs=2, batch_size=16)),
       R("3-ensemble", (0.508, 0.785, 0.648, 0.706), ensemble=_ENS3, ensemble_methods=_VOTE,
         note="members not named in the report: the three cosine full-model rows"),
       R("4-ensemble", (0.518, 0.780, 0.664, 0.710), ensemble=_ENS4, ensemble_methods=_VOTE),
       R("5-ensemble", (0.519, 0.776, 0.651, 0.707), ensemble=_ENS4 + ("lora-concatembed-80-4e-04",), ensemble_methods=_VOTE)],
       base=_S002, frontier=True, vary=("epochs",), source="002 lines 205-227",
-      note="fractions; Overall Score is CS224N's (STS mapped to [0, 1]); rows without 'anneal' use round-robin; cosine STS is (cos + 1) * 5/2")
+      note="fractions; Overall Score is CS224N's (STS mapped to [0, 1]); rows without 'anneal' use round-robin; cosine STS is (cos + 1) * 5/2; "
+           "a constant learning rate but in the rows that name a linear scheduler")
 
 # %% ../nbs/16_ablate.ipynb #9e5e2fa6
 _S003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5)
