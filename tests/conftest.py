@@ -11,6 +11,7 @@ if "MINBERT_CACHE" not in os.environ:
     atexit.register(shutil.rmtree, os.environ["MINBERT_CACHE"], True)
 
 import re
+from pathlib import Path
 import pytest
 from datapaths import SAMPLE
 
@@ -29,6 +30,40 @@ def small_data(tmp_path_factory):
     (d / "extra" / "sst-trees").mkdir()
     (d / "extra" / "sst-trees" / "train.txt").write_text("".join(s + "\n" for s in trees[:SMALL_N]), encoding="utf-8")
     return d
+
+@pytest.fixture(scope="module")
+def module_tmp(tmp_path_factory):
+    """`module_tmp(name)`: a new folder for a test module's shared fixtures (trained runs, hundreds of MB of checkpoints each),
+    all removed once the module's tests are done. Per-test `tmp_path` folders go when their test passes
+    (pyproject.toml: tmp_path_retention_policy), and each notebook's temporary files when its last cell has run (below):
+    the suite's disk use stays near that of its largest module instead of the sum of them all."""
+    root = tmp_path_factory.mktemp("module")
+    yield lambda name: Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+    shutil.rmtree(root, ignore_errors=True)
+
+# Each notebook's kernel gets a temporary folder of its own (TMPDIR, read by its `tempfile` calls), removed when the
+# notebook's last cell has run and its kernel has stopped. The notebooks demonstrate trainings in `tempfile.mkdtemp()`
+# folders; without this, a whole nbval pass would leave several GB behind in the system's temporary folder.
+_NB_TMP = {}
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    nb = item.parent
+    if item.path.suffix == ".ipynb" and nb not in _NB_TMP:   # before the first cell's setup starts the kernel
+        _NB_TMP[nb] = (tempfile.mkdtemp(prefix=f"nbval-{item.path.stem}-"), os.environ.get("TMPDIR"))
+        os.environ["TMPDIR"] = _NB_TMP[nb][0]
+    return (yield)
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try: return (yield)                                       # the notebook's kernel stops here when the next item is elsewhere
+    finally:
+        nb = item.parent
+        if nb in _NB_TMP and (nextitem is None or nextitem.parent is not nb):
+            d, old = _NB_TMP.pop(nb)
+            if old is None: os.environ.pop("TMPDIR", None)
+            else: os.environ["TMPDIR"] = old
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # Test files whose code never looks data up (pure functions of the package): identical in both passes

@@ -93,9 +93,9 @@ def dev(small_data):
     return {t: load_split(t, "dev", small_data) for t in ("sst", "para", "sts")}
 
 @pytest.fixture(scope="module")
-def fixture_runs(tmp_path_factory, dev, small_data):
+def fixture_runs(module_tmp, dev, small_data):
     "Four members with random predictions consistent with random raw outputs (float32, so the raw files round-trip exactly)"
-    root, rng = tmp_path_factory.mktemp("members"), np.random.default_rng(0)
+    root, rng = module_tmp("members"), np.random.default_rng(0)
     sst_test = load_split("sst", "test", small_data).id.tolist()
     runs = []
     for i in range(4):
@@ -266,13 +266,13 @@ def test_command_errors(fixture_runs, tmp_path):
 # ---------------------------------------------------------------- real runs
 
 @pytest.fixture(scope="module")
-def real_runs(tmp_path_factory, small_data):
+def real_runs(module_tmp, small_data):
     "Two tiny real runs that differ in their PEFT module (same seed, so the same dev_limit sample of dev)"
     from minbert_nb.config import preset_config
     from minbert_nb.train import train
     runs = []
     for name, kw in (("plain", {}), ("lora", dict(peft="lora", lora_r=2))):
-        out = tmp_path_factory.mktemp(name)
+        out = module_tmp(name)
         train(preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=24,
                             dev_limit=24, eval_batch_size=32, predict_test=True, save_checkpoint=False, **kw), progress=False)
         runs.append(out)

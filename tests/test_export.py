@@ -30,8 +30,8 @@ PAIRS = [("How do I learn Python?", "What is the best way to learn Python?"), ("
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, small_data):
-    base = tmp_path_factory.mktemp("export")
+def runs(module_tmp, small_data):
+    base = module_tmp("export")
     common = dict(data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16, dev_limit=8, eval_batch_size=16,
                   sst_phrases=False, predict_test=False)
     train(preset_config("quick", out=str(base / "full"), **common), progress=False)
@@ -45,9 +45,9 @@ def preds(runs): return {k: Predictor.from_run(runs / k, device="cpu", amp="off"
 
 
 @pytest.fixture(scope="module")
-def hf_out(runs, tmp_path_factory):
+def hf_out(runs, module_tmp):
     "Each run exported with --format hf (unchecked: the tests below check)"
-    base = tmp_path_factory.mktemp("hf")
+    base = module_tmp("hf")
     return {k: export_run(runs / k, base / k, "hf", verify=False) for k in ("full", "dora")}
 
 

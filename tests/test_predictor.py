@@ -24,8 +24,8 @@ QQ = [("How do I learn Python?", "What is the best way to learn Python?"), ("How
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, small_data):
-    out = tmp_path_factory.mktemp("predictor") / "run"
+def run(module_tmp, small_data):
+    out = module_tmp("predictor") / "run"
     cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
                         dev_limit=8, eval_batch_size=16, sst_phrases=False, peft="prefix", prefix_len=2, pair_swap=True,
                         phases=[{"name": "quora", "tasks": ["para"], "steps_per_epoch": 1}, {"name": "multitask"}])

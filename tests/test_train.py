@@ -14,8 +14,8 @@ N = 60   # rows per file of the `small_data` fixture (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory, small_data):
-    out = tmp_path_factory.mktemp("run")
+def run(module_tmp, small_data):
+    out = module_tmp("run")
     cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=2, batch_size=4,
                         train_limit=24, dev_limit=24, eval_batch_size=32, predict_test=True)
     return out, train(cfg, progress=False)
