@@ -26,10 +26,10 @@ from .phases import run_training
 from .ensemble import ensemble_runs
 
 # %% auto #0
-__all__ = ['SCALES', 'PHASE_BUDGET', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R', 'table',
-           'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part', 'run_row',
-           'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
-           'parse_seeds', 'run_table', 'write_table', 'list_tables']
+__all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
+           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part',
+           'run_row', 'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier',
+           'seed_dir', 'parse_seeds', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -44,6 +44,7 @@ SCALES = {
     "full": dict(),
 }
 PHASE_BUDGET = ("epochs", "steps_per_epoch")   # a phase's own budget gives way to the scale's below `full`
+PHASE_SHARE = "share"   # a phase's fraction of the scale's steps (rows that split one budget among their phases); ignored at `full`
 
 # %% ../nbs/16_ablate.ipynb #fc4b3242
 METRIC_KEYS = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr", "avg", "overall", "params")
@@ -117,7 +118,7 @@ def table(id:str, caption:str, columns:dict, rows:list, **kw) -> PaperTable:
 _S000 = dict(PRESETS["sbert"], mode="finetune", lr_adapters=1e-4)   # seed 000's recipe (Sec. 5)
 _BASE = dict(pooling="cls", head_layers=2, pair_features="uv", sts_head="features", pair_mode="bi")             # "Base BERT"
 _SBERT = dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="cosine", cosine_floor=-1.0, pair_mode="bi")  # "Sentence-BERT"
-_MODULES = {"-": dict(peft="none"), "PAL": dict(peft="pal", pal_size=204), "Prefix": dict(peft="prefix", prefix_len=10, prefix_init="hidden"),
+_MODULES = {"-": dict(peft="none"), "PAL": dict(peft="pal", pal_size=204), "Prefix": dict(peft="prefix", prefix_len=10, prefix_init="hidden-sst", prefix_kind="input"),
             "Adapter": dict(peft="adapter", adapter_size=64)}
 _P000 = "seed 000, percentages; Avg is the plain mean of the three scores; cosine STS is (cos + 1) * 5/2, the report's 'normalized ... to [0, 5]'"
 
@@ -235,8 +236,12 @@ table("002-T2", "Table 2: Performance scores on dev sets for different models.",
            "a constant learning rate but in the rows that name a linear scheduler")
 
 # %% ../nbs/16_ablate.ipynb #9e5e2fa6
-_S003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5)
-_PRE3, _FT3, _C3 = dict(mode="pretrain", lr_heads=1e-3), dict(mode="finetune"), dict(sts_head="cosine", cosine_floor=-1.0)
+# Seed 003's heads (3.4): SST "a simple linear classification", Quora "two linear and one activation layer" over the two
+# inputs concatenated, held fixed across the rows; its cosine rows (R3-R8) take "the hidden states of all input tokens rather
+# than the CLS token" (mean pooling for STS), then "one linear and one activation layer", then the cosine
+_S003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5, task_head_layers={"para": 2})
+_PRE3, _FT3 = dict(mode="pretrain", lr_heads=1e-3), dict(mode="finetune")
+_C3 = dict(sts_head="cosine", cosine_floor=-1.0, task_pooling={"sts": "mean"}, cosine_proj=True)
 table("003-T2", "Table 2: Experiment Results", {"Overall Dev": "avg", "SST Dev": "sst_acc", "STS Dev": "sts_corr", "Para Dev": "para_acc"}, [
       R("R1", (0.282, 0.216, 0.004, 0.625), **_PRE3),
       R("R2", (0.512, 0.471, 0.417, 0.649), **_FT3),
@@ -253,18 +258,25 @@ table("003-T2", "Table 2: Experiment Results", {"Overall Dev": "avg", "SST Dev":
       base=_S003, source="003 lines 148-161", note="fractions; Overall is the plain mean of SST, STS and Quora")
 
 # %% ../nbs/16_ablate.ipynb #0a4281f6
-_S004 = dict(PRESETS["cross"], sampler="sequential", tasks=("para", "sts", "sst"))   # sequential: Quora, then STS, then SST
+_S004 = dict(PRESETS["cross"], sampler="sequential", tasks=("para", "sts", "sst"))
+# Sequential training: "sequentially trained on various tasks independently (in the sequence of paraphrase detection, semantic
+# textual similarity, and sentiment analysis) without further training on previously completed tasks"; 10 epochs, Quora's 2.
+# Phases, one task each, so that no task comes back; below `full` the scale's steps are split equally among them (each task
+# sees as many batches as in the simultaneous rows). The model is scored on all three tasks after the last phase.
+_SEQ = dict(phases=[dict(name="quora", tasks=["para"], epochs=2, share=1/3), dict(name="sts", tasks=["sts"], epochs=10, share=1/3),
+                    dict(name="sst", tasks=["sst"], epochs=10, share=1/3)], eval_tasks=("para", "sts", "sst"))
 _CONCAT = dict(pair_mode="cross", pooling="cls")
 _SIM_PRE = dict(_CONCAT, smart_weight=1.0, sampler="simultaneous", phases=[dict(name="quora", tasks=["para"], epochs=1), dict(name="multitask")])
 table("004-T2", "Table 2: Dev Accuracy of Different Methods on 3 Tasks", {"SST": "sst_acc", "QQP": "para_acc", "STS": "sts_corr", "Overall": "overall"}, [
-      R("Baseline", (0.506, 0.673, 0.224, 0.597), pair_mode="bi", pooling="cls", pair_features="uv", sts_head="features"),
-      R("Cos-Sim", (0.507, 0.787, 0.394, 0.664), pair_mode="bi", pooling="cls", pair_features="uvd", sts_head="cosine", cosine_floor=0.0),
-      R("Concat", (0.494, 0.795, 0.833, 0.735), **_CONCAT),
-      R("Concat+SMART", (0.530, 0.782, 0.771, 0.733), **_CONCAT, smart_weight=1.0),
+      R("Baseline", (0.506, 0.673, 0.224, 0.597), **_SEQ, pair_mode="bi", pooling="cls", pair_features="uv", sts_head="features"),
+      R("Cos-Sim", (0.507, 0.787, 0.394, 0.664), **_SEQ, pair_mode="bi", pooling="cls", pair_features="uvd", sts_head="cosine", cosine_floor=0.0),
+      R("Concat", (0.494, 0.795, 0.833, 0.735), **_SEQ, **_CONCAT),
+      R("Concat+SMART", (0.530, 0.782, 0.771, 0.733), **_SEQ, **_CONCAT, smart_weight=1.0),
       R("Concat+SMART*", (0.510, 0.883, 0.874, 0.777), **_CONCAT, smart_weight=1.0, sampler="simultaneous"),
       R("Concat+SMART+Pretrain", (0.530, 0.906, 0.873, 0.791), **_SIM_PRE),
       R("Concat+SMART+Surgery+Pretrain", (0.533, 0.904, 0.864, 0.790), **_SIM_PRE, pcgrad=True)],
-      base=_S004, source="004 lines 144-153", note="fractions; Overall is CS224N's; rows 1-4 sequential (Quora, STS, SST), 5-7 simultaneous")
+      base=_S004, source="004 lines 144-153", note="fractions; Overall is CS224N's; rows 1-4 sequential: three phases (Quora, STS, SST), no task revisited, scored on all three "
+           "after the last; rows 5-7 simultaneous")
 
 _T3_VALUES = {(1, 0.1): (0.536, 0.905, 0.884, 0.794), (1, 0.2): (0.546, 0.900, 0.888, 0.797), (1, 0.3): (0.530, 0.906, 0.873, 0.791),
               (1, 0.4): (0.536, 0.900, 0.888, 0.793), (1, 0.5): (0.537, 0.897, 0.884, 0.792), (5, 0.1): (0.544, 0.904, 0.893, 0.798),
@@ -303,9 +315,11 @@ def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> li
             steps, tasks = cfg["steps_per_epoch"], TrainConfig(**{k: v for k, v in cfg.items() if k != "phases"}).tasks
             per = lambda ts: max(1, steps // len(ts)) if cfg.get("sampler") == "simultaneous" else steps   # every task in every
             if cfg.get("phases"):                                                                           # step: fewer steps
-                cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET}, steps_per_epoch=per(p.get("tasks", tasks)))
+                cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET + (PHASE_SHARE,)},
+                                      steps_per_epoch=max(1, round(per(p.get("tasks", tasks)) * p.get(PHASE_SHARE, 1))))
                                  for p in cfg["phases"]]
             elif "steps_per_epoch" not in row.scaled: cfg["steps_per_epoch"] = per(tasks)
+        elif cfg.get("phases"): cfg["phases"] = [{k: v for k, v in p.items() if k != PHASE_SHARE} for p in cfg["phases"]]
         cfg.update({k: v for k, v in overrides.items() if v is not None})
         cfg["preset"] = f"{table.id}/{row.name}"
         out.append(cfg)

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 from .core import stamp_figure, code_version
-from .ablate import TABLES, PaperTable, Row, row_dir, our_value, _merge
+from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge
 
 # %% auto #0
 __all__ = ['CLAIMS', 'MIN_SEEDS', 'CSV_COLUMNS', 'Claim', 'claim', 'paired_ci', 'verdict', 'table_folders', 'pick_folder',
-           'row_runs', 'row_value', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'report_markdown',
-           'write_report']
+           'row_runs', 'row_value', 'scale_caveat', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
+           'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -130,7 +130,7 @@ claim("004-T2-concat-sts", "A cross-encoder (concatenated pair) is far better on
 claim("004-T2-cos-baseline", "Cosine similarity beats the baseline", "004-T2", "5.4.1 Model Comparison", "overall", "Cos-Sim", "Baseline", +1)
 claim("004-T2-smart-sst", "SMART improves SST accuracy of the cross-encoder", "004-T2", "5.4.1 Model Comparison", "sst_acc", "Concat+SMART", "Concat", +1)
 claim("004-T2-simultaneous", "Simultaneous training beats sequential (Quora, STS, SST) training", "004-T2", "5.4.1 Model Comparison", "overall",
-      "Concat+SMART*", "Concat+SMART", +1, note="our sequential rows revisit Quora every epoch (issue 27, item 6)")
+      "Concat+SMART*", "Concat+SMART", +1, note="sequential: three phases, Quora, STS, SST, none revisited; the budget split equally among them")
 claim("004-T2-pretrain", "Further pretraining on Quora before simultaneous training helps", "004-T2", "5.4.1 Model Comparison", "overall",
       "Concat+SMART+Pretrain", "Concat+SMART*", +1)
 claim("004-T2-surgery", "Gradient surgery does not help on top of SMART and pretraining", "004-T2", "5.4.1 Model Comparison", "overall",
@@ -190,6 +190,24 @@ def row_value(table:PaperTable, row:Row, rows_of, metric:str):
 # %% ../nbs/16a_claims.ipynb #81efdadf
 CSV_COLUMNS = ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "a_runs", "b_runs")
 
+def scale_caveat(c:Claim, scale:str|None) -> str:
+    "Why runs at `scale` cannot test claim `c`, if they cannot: its A and B rows are one configuration there, or annealing gets one epoch"
+    if not scale or scale == "full": return ""
+    t = TABLES[c.table]
+    def configs(names):
+        out = []
+        for n in names:
+            r = t.row(n); r = t.row(r.same_as) if r.same_as else r
+            if r.ensemble or r.needs or r.untrained: return None
+            out.append([{k: v for k, v in cfg.items() if k != "preset"} for cfg in row_configs(t, r, scale)])
+        return out
+    a, b = configs(c.a), configs(c.b)
+    if a is not None and a == b: return f"at scale `{scale}` A and B are the same configuration: runs at this scale cannot test the claim"
+    one = [n for n in dict.fromkeys(c.a + c.b) if (r := t.row(n)) and not (r.ensemble or r.needs) and
+           any(cfg.get("sampler") == "annealed" and cfg.get("epochs", 1) == 1 and not cfg.get("phases") for cfg in row_configs(t, r, scale))]
+    if one: return f"at scale `{scale}`, {', '.join(one)} train(s) one epoch, where annealed sampling is proportional sampling (annealing is not tested)"
+    return ""
+
 def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     "One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`"
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
@@ -203,7 +221,8 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
-                text=c.text, section=c.section, note=c.note, sign=c.sign, scale=(info or {}).get("scale"),
+                text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale"))))),
+                sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:

@@ -223,7 +223,7 @@ for _b, _bk in _T4_BACKBONES.items():
     for _a in ("none", "pal", "prefix", "adapter"):
         for _m in ("pretrain", "finetune"):
             PRESETS[f"000-t4-{_b}-{_a}-{_m}"] = dict(_T4_SCALE, **_bk, peft=_a, mode=_m, lr_backbone=5e-5,
-                                                     pal_size=204, prefix_len=10, prefix_init="hidden", adapter_size=64)
+                                                     pal_size=204, prefix_len=10, prefix_init="hidden-sst", prefix_kind="input", adapter_size=64)
 # Seed 002: LoRA / DoRA, r 16, alpha 32 on query and value, lr 2e-4, linear schedule, annealed sampling with SST/STS up-weighted;
 # only the low-rank modules and the heads train (the CPU scale of the Table 4 presets)
 for _p in ("lora", "dora"):

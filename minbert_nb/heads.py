@@ -13,7 +13,7 @@ from .bert import BertModelOutput
 from .pretrained import mean_pool
 
 # %% auto #0
-__all__ = ['POOLINGS', 'PAIR_FEATURES', 'pool', 'ClassifierHead', 'pair_features', 'cosine_to_sts']
+__all__ = ['POOLINGS', 'PAIR_FEATURES', 'pool', 'ClassifierHead', 'SentenceProjection', 'pair_features', 'cosine_to_sts']
 
 # %% ../nbs/05_heads.ipynb #f519cc87
 POOLINGS = ("cls", "pooler", "mean")
@@ -34,6 +34,15 @@ class ClassifierHead(nn.Module):
         hidden = hidden or n_in
         self.net = nn.Sequential(nn.Dropout(dropout), nn.Linear(n_in, n_out)) if layers == 1 else \
                    nn.Sequential(nn.Dropout(dropout), nn.Linear(n_in, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, n_out))
+
+    def forward(self, x): return self.net(x)
+
+# %% ../nbs/05_heads.ipynb #94b83ad2
+class SentenceProjection(nn.Module):
+    "A linear layer and tanh over a sentence vector (sentence-transformers' `Dense`): seed 003's STS network before the cosine"
+    def __init__(self, n:int):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(n, n), nn.Tanh())
 
     def forward(self, x): return self.net(x)
 

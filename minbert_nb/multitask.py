@@ -28,7 +28,9 @@ class ModelConfig(PeftConfig):
     backbone: str|None = None        # None = embedded all-MiniLM-L6-v2; a folder; or a hub id such as bert-base-uncased
     tasks: tuple = ("sst", "para", "sts")  # ("sst",) or ("cfimdb",) for the single-task part of the project
     pooling: str = "cls"             # cls | pooler | mean
+    task_pooling: dict|None = None   # per-task override, e.g. {"sts": "mean"} (seed 003: mean for STS, [CLS] for the others)
     head_layers: int = 1             # 1 or 2
+    task_head_layers: dict|None = None  # per-task override, e.g. {"para": 2} (seed 003: two layers for Quora, one for SST)
     head_dropout: float = 0.1
     hidden_dropout: float|None = None  # backbone dropout override (CS224N default 0.3; None keeps the checkpoint's 0.1)
     attention_dropout: float|None = None  # attention-probability dropout override (None keeps the checkpoint's)
@@ -37,6 +39,7 @@ class ModelConfig(PeftConfig):
     pair_features: str = "uv"        # sum | uv | uvd | uvdp
     sts_head: str = "features"       # features | cosine
     cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
+    cosine_proj: bool = False        # cosine head: a linear layer and tanh over each sentence vector before the cosine (seed 003)
     mode: str = "finetune"           # finetune | pretrain (backbone frozen; PEFT modules and heads train)
     pair_swap: bool = False          # cross-encoder pairs: train on both sentence orders, predict the mean over both
     random_init: bool = False        # the backbone's architecture with random weights (no checkpoint needed; for --dry_run)
@@ -52,6 +55,13 @@ class ModelConfig(PeftConfig):
             if t not in ("para", "sts") or m not in ("bi", "cross", "both") or (m == "both" and t != "sts"):
                 raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys para/sts and values 'bi'/'cross' "
                                  "('both' for sts only).")
+        for name, allowed in (("task_pooling", POOLINGS), ("task_head_layers", (1, 2))):
+            for t, v in (getattr(self, name) or {}).items():
+                if t not in TASK_OUTPUTS or v not in allowed:
+                    raise ValueError(f"model config: {name}[{t!r}]={v!r}; expected a task of {list(TASK_OUTPUTS)} and one of {allowed}.")
+        if self.cosine_proj and not (self.sts_head == "cosine" and self.mode_of("sts") == "bi"):
+            raise ValueError("model config: cosine_proj projects the two sentence vectors of the cosine STS head; it needs "
+                             f"sts_head='cosine' and STS read as a bi-encoder (got sts_head={self.sts_head!r}, {self.mode_of('sts')!r}).")
         if self.mode_of("sts") == "both" and self.sts_head != "cosine":
             raise ValueError(f"model config: pair_modes['sts']='both' averages the cosine bi-encoder with a cross-encoder; "
                              f"it needs sts_head='cosine' (got {self.sts_head!r}).")
@@ -62,6 +72,14 @@ class ModelConfig(PeftConfig):
         "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both'"
         if task not in ("para", "sts"): return "single"
         return (self.pair_modes or {}).get(task, self.pair_mode)
+
+    def pooling_of(self, task:str|None) -> str:
+        "How `task`'s sentence vectors are pooled (`task_pooling`, else `pooling`)"
+        return (self.task_pooling or {}).get(task, self.pooling)
+
+    def head_layers_of(self, task:str) -> int:
+        "How many linear layers `task`'s head has (`task_head_layers`, else `head_layers`)"
+        return (self.task_head_layers or {}).get(task, self.head_layers)
 
 # %% ../nbs/06_multitask.ipynb #a7639180
 @dataclass
@@ -90,9 +108,11 @@ class MultitaskBert(nn.Module):
         self.heads = nn.ModuleDict()
         for t in cfg.tasks:
             mode = cfg.mode_of(t)
-            if t == "sts" and mode == "bi" and cfg.sts_head == "cosine": continue   # no parameters
+            if t == "sts" and mode == "bi" and cfg.sts_head == "cosine":   # no parameters, or the projection before the cosine
+                if cfg.cosine_proj: self.heads[t] = SentenceProjection(C)
+                continue
             n_in = PAIR_FEATURES[cfg.pair_features] * C if mode == "bi" else C    # 'both': the cross-encoder's head
-            self.heads[t] = ClassifierHead(n_in, TASK_OUTPUTS[t], cfg.head_layers, C, cfg.head_dropout)
+            self.heads[t] = ClassifierHead(n_in, TASK_OUTPUTS[t], cfg.head_layers_of(t), C, cfg.head_dropout)
         # Quora prior-shift correction: added to the paraphrase logit at prediction time (see 09_train); 0 = none
         self.register_buffer("para_logit_bias", torch.zeros(()))
         self.set_mode(cfg.mode)
@@ -116,7 +136,7 @@ class MultitaskBert(nn.Module):
 
     def embed(self, enc:dict, task:str|None=None) -> torch.Tensor:
         "Sentence vectors (B, C) of an encoding dict; `task` selects per-task PEFT modules"
-        return pool(self.bert(**enc, task=task), enc["attention_mask"], self.cfg.pooling)
+        return pool(self.bert(**enc, task=task), enc["attention_mask"], self.cfg.pooling_of(task))
 
     def embed_pair(self, a:dict, b:dict, task:str|None=None):
         "Vectors `u`, `v` of two encodings, in a single BERT call"
@@ -140,12 +160,16 @@ class MultitaskBert(nn.Module):
             if "x" not in batch: raise KeyError("pair_mode 'both' needs the joint sequence `x`: build the TaskDataset with pair_mode='both'.")
             bi, cross = cosine_to_sts(u, v, floor=self.cfg.cosine_floor), self._cross(task, batch["x"], batch.get("x_swap")).pred
             return TaskOutput((bi + cross) / 2, u, v, parts=(bi, cross))
-        if task == "sts" and self.cfg.sts_head == "cosine": return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
+        if task == "sts" and self.cfg.sts_head == "cosine":
+            if self.cfg.cosine_proj: u, v = self.heads[task](u), self.heads[task](v)
+            return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
 
     def _contrastive(self, batch:dict) -> TaskOutput:
         "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): STS's bi-encoder embedding"
-        u, v = self.embed_pair(batch["a"], batch["b"], "sts" if "sts" in self.cfg.tasks else self.cfg.tasks[0])
+        t = "sts" if "sts" in self.cfg.tasks else self.cfg.tasks[0]
+        u, v = self.embed_pair(batch["a"], batch["b"], t)
+        if t == "sts" and self.cfg.cosine_proj: u, v = self.heads[t](u), self.heads[t](v)   # the vectors the cosine compares
         return TaskOutput(None, u, v)
 
     def _cross(self, task:str, a:dict, s:dict|None=None) -> TaskOutput:

@@ -14,7 +14,7 @@ from torch import nn
 from .bert import BertModel
 from .lora import inject_lora, LORA_TARGETS
 from .adapters import inject_adapters, inject_pals, inject_task_layernorms, TaskLayerNorm
-from .prefix import inject_prefix
+from .prefix import inject_prefix, PREFIX_KINDS
 
 # %% auto #0
 __all__ = ['PEFT_METHODS', 'PEFT_PREFIXES', 'parse_peft', 'PeftConfig', 'inject_peft', 'is_peft_param', 'set_trainable',
@@ -39,7 +39,8 @@ class PeftConfig:
     pal_size: int = 204              # PAL width s (seed 000); a multiple of pal_heads
     pal_heads: int|None = 6          # PAL: heads of its attention g (Bert-n-Pals: 6); null = the backbone's head count
     prefix_len: int = 10             # prefix tuning: virtual tokens per layer (seed 000)
-    prefix_init: str = "random"      # random | hidden (keys/values of each task's first training batch, seed 000)
+    prefix_kind: str = "kv"          # kv: free keys and values per layer (Li & Liang, peft) | input: hidden vectors read by each layer's own key/value projections (seed 000)
+    prefix_init: str = "random"      # random | hidden (from each task's first training batch) | hidden-sst (every task's from SST's first batch, seed 000)
     prefix_mlp: bool = False         # prefix tuning through Li & Liang's reparameterisation MLP
     prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
     adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
@@ -67,7 +68,11 @@ class PeftConfig:
     def __post_init__(self):
         methods = self.methods   # parses (and checks) peft
         if bad := [t for t in self.targets if t not in LORA_TARGETS]: raise ValueError(f"lora_targets: unknown {bad}; expected some of {', '.join(LORA_TARGETS)}.")
-        if self.prefix_init not in ("random", "hidden"): raise ValueError(f"prefix_init={self.prefix_init!r}: expected 'random' or 'hidden'.")
+        if self.prefix_init not in ("random", "hidden", "hidden-sst"):
+            raise ValueError(f"prefix_init={self.prefix_init!r}: expected 'random', 'hidden' or 'hidden-sst'.")
+        if self.prefix_kind not in PREFIX_KINDS: raise ValueError(f"prefix_kind={self.prefix_kind!r}: expected one of {PREFIX_KINDS}.")
+        if self.prefix_kind == "input" and self.prefix_mlp and "prefix" in methods:
+            raise ValueError("prefix_kind='input' and prefix_mlp: the reparameterisation MLP makes keys and values ('kv'); choose one.")
         if self.adapter_layernorm not in ("task", "shared"): raise ValueError(f"adapter_layernorm={self.adapter_layernorm!r}: expected 'task' or 'shared'.")
         for k in ("pal_size", "prefix_len", "prefix_hidden", "adapter_size", "lora_r") + (("pal_heads",) if self.pal_heads is not None else ()):
             if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
@@ -86,7 +91,7 @@ def inject_peft(bert:BertModel, cfg:PeftConfig, tasks) -> dict:
         if cfg.adapter_layernorm == "task": done["layernorm"] = inject_task_layernorms(bert, tasks)
     if "pal" in cfg.methods: inject_pals(bert, tasks, cfg.pal_size, cfg.pal_heads); done["pal"] = [f"encoder.layer.{i}.parallel" for i in range(len(bert.encoder.layer))]
     if "prefix" in cfg.methods:
-        inject_prefix(bert, tasks, cfg.prefix_len, cfg.prefix_mlp, mlp_hidden=cfg.prefix_hidden); done["prefix"] = ["prefix_provider"]
+        inject_prefix(bert, tasks, cfg.prefix_len, cfg.prefix_mlp, mlp_hidden=cfg.prefix_hidden, kind=cfg.prefix_kind); done["prefix"] = ["prefix_provider"]
     return done
 
 PEFT_PREFIXES = ("lora_", "adapter_", "pal_", "prefix_")   # every PEFT parameter name contains one (see 03_optimizer's groups)

@@ -13,28 +13,44 @@ from .bert import BertModel, task_context
 from .adapters import pick_task
 
 # %% auto #0
-__all__ = ['PrefixTuning', 'inject_prefix']
+__all__ = ['PREFIX_KINDS', 'PrefixTuning', 'inject_prefix']
 
 # %% ../nbs/11b_prefix.ipynb #b0f9f82b
+PREFIX_KINDS = ("kv", "input")
+
 class PrefixTuning(nn.Module):
-    "Per-task prefix keys and values for every layer of a `BertModel` (its `prefix_provider`); optional MLP reparameterisation"
-    adapter_names = ("prefix_kv", "prefix_embedding", "prefix_mlp")
-    def __init__(self, config:BertConfig, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512):
+    """Per-task prefixes for every layer of a `BertModel` (its `prefix_provider`): free keys and values (`kind='kv'`, optionally
+    through the MLP reparameterisation), or hidden vectors that each layer's own key and value projections read (`kind='input'`)"""
+    adapter_names = ("prefix_kv", "prefix_embedding", "prefix_mlp", "prefix_input")
+    def __init__(self, config:BertConfig, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512, kind:str="kv", layers=None):
         super().__init__()
         if length < 1: raise ValueError(f"prefix_len={length}: expected at least 1.")
-        self.L, self.nh, self.hs, self.P, self.mlp = config.num_hidden_layers, config.num_attention_heads, config.head_dim, length, mlp
+        if kind not in PREFIX_KINDS: raise ValueError(f"prefix_kind={kind!r}: expected one of {PREFIX_KINDS}.")
+        if kind == "input" and (mlp or layers is None):
+            raise ValueError("prefix_kind='input' reads the prefixes through the layers' own projections: give it the model's layers "
+                             "(inject_prefix does), and no MLP (prefix_mlp is for kind 'kv').")
+        self.L, self.nh, self.hs, self.P, self.mlp, self.kind = (config.num_hidden_layers, config.num_attention_heads, config.head_dim,
+                                                                 length, mlp, kind)
         C, std = config.hidden_size, config.initializer_range
-        if mlp:
+        if kind == "input":
+            self.prefix_input = nn.ParameterDict({t: nn.Parameter(torch.randn(self.L, length, C) * std) for t in tasks})
+            self._attn = [layer.attention.self for layer in layers]          # a plain list: the layers stay the model's modules
+        elif mlp:
             self.prefix_embedding = nn.ParameterDict({t: nn.Parameter(torch.randn(length, C) * std) for t in tasks})
             self.prefix_mlp = nn.ModuleDict({t: nn.Sequential(nn.Linear(C, mlp_hidden), nn.Tanh(), nn.Linear(mlp_hidden, self.L * 2 * C))
                                              for t in tasks})
         else: self.prefix_kv = nn.ParameterDict({t: nn.Parameter(torch.randn(self.L, 2, self.nh, length, self.hs) * std) for t in tasks})
 
     @property
-    def tasks(self): return list((self.prefix_embedding if self.mlp else self.prefix_kv).keys())
+    def tasks(self):
+        return list((self.prefix_input if self.kind == "input" else self.prefix_embedding if self.mlp else self.prefix_kv).keys())
 
     def kv(self, task:str) -> torch.Tensor:
         "Keys and values of `task`: (L, 2, nh, P, hs)"
+        if self.kind == "input":                                                      # layer l's key and value of its P vectors
+            h = self.prefix_input[task]
+            heads = lambda x: x.view(self.P, self.nh, self.hs).transpose(0, 1)        # (P, C) -> (nh, P, hs)
+            return torch.stack([torch.stack([heads(a.key(h[l])), heads(a.value(h[l]))]) for l, a in enumerate(self._attn)])
         if not self.mlp: return self.prefix_kv[task]
         out = self.prefix_mlp[task](self.prefix_embedding[task])                       # (P, L * 2 * C)
         return out.view(self.P, self.L, 2, self.nh, self.hs).permute(1, 2, 3, 0, 4)    # (L, 2, nh, P, hs)
@@ -46,14 +62,17 @@ class PrefixTuning(nn.Module):
 
     @torch.no_grad()
     def init_from_hidden(self, bert:BertModel, enc:dict, task:str):
-        "Set `task`'s prefixes from the keys and values `bert` computes at the first P real tokens of batch `enc`"
-        provider, bert.prefix_provider = bert.prefix_provider, None           # the plain model's activations
-        try:
+        "Set `task`'s prefixes from the hidden states `bert` computes at the first P real tokens of batch `enc` (keys and values for 'kv')"
+        provider, bert.prefix_provider, was_training = bert.prefix_provider, None, bert.training   # the plain model's activations,
+        try:                                                                                          # without dropout
             with task_context(task):
-                hs = bert(enc["input_ids"], enc.get("attention_mask"), enc.get("token_type_ids"), output_hidden_states=True).hidden_states
-        finally: bert.prefix_provider = provider
+                hs = bert.eval()(enc["input_ids"], enc.get("attention_mask"), enc.get("token_type_ids"), output_hidden_states=True).hidden_states
+        finally: bert.prefix_provider = provider; bert.train(was_training)
         m = enc["attention_mask"].bool() if enc.get("attention_mask") is not None else torch.ones_like(enc["input_ids"], dtype=torch.bool)
         if int(m.sum()) < self.P: raise ValueError(f"prefix init: the batch has {int(m.sum())} real tokens, fewer than prefix_len={self.P}.")
+        if self.kind == "input":
+            for l in range(self.L): self.prefix_input[task][l].copy_(hs[l][m][:self.P])   # layer l's input at P real tokens
+            return self
         if self.mlp: self.prefix_embedding[task].copy_(hs[0][m][:self.P]); return self
         for l, layer in enumerate(bert.encoder.layer):
             h = hs[l][m][:self.P]                                              # (P, C): the layer's input at P real tokens
@@ -63,7 +82,7 @@ class PrefixTuning(nn.Module):
             self.prefix_kv[task][l, 1].copy_(v.view(self.P, self.nh, self.hs).transpose(0, 1))
         return self
 
-def inject_prefix(model:BertModel, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512) -> PrefixTuning:
+def inject_prefix(model:BertModel, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512, kind:str="kv") -> PrefixTuning:
     "Give `model` per-task prefixes (`model.prefix_provider`); `mlp_hidden` is the width of the reparameterisation MLP"
-    model.prefix_provider = PrefixTuning(model.config, tasks, length, mlp, mlp_hidden)
+    model.prefix_provider = PrefixTuning(model.config, tasks, length, mlp, mlp_hidden, kind, layers=model.encoder.layer)
     return model.prefix_provider

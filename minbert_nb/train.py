@@ -264,8 +264,14 @@ def _model(self:Run):
         model.load_state_dict(load_checkpoint(self.init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
     self.bias, self.train_prior = _para_bias(train.get("para"), cfg.para_prior)
     model.para_logit_bias.fill_(self.bias)
-    if not self.resume and "prefix" in model.peft.methods and cfg.prefix_init == "hidden":   # seed 000: prefixes from real batches
-        model.init_prefixes({t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()})
+    fresh = not self.resume and (self.init_from is None or cfg.from_pretrained)   # a later phase keeps the prefixes it was given
+    if fresh and "prefix" in model.peft.methods and cfg.prefix_init != "random":     # seed 000: prefixes from real batches
+        first = {t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()}
+        if cfg.prefix_init == "hidden-sst":                                          # "the first batch of SST data", for every task
+            if "sst" not in first: raise ValueError("prefix_init='hidden-sst' sets every task's prefixes from SST's first training "
+                                                    "batch, and this run does not train SST; use prefix_init='hidden'.")
+            first = {t: first["sst"] for t in first}
+        model.init_prefixes(first)
     self.counts = model.param_report()
 
 # %% ../nbs/09_train.ipynb #840598a2

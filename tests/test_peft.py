@@ -159,3 +159,25 @@ def test_pretrain_with_a_parameter_free_sts_head(tmp_path, small_data):
     m = train(preset_config("000-t4-sbert-none-pretrain", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=6, batch_size=4,
                             train_limit=16, dev_limit=8, eval_batch_size=8, sampler="round_robin"), progress=False)
     assert m["params"]["peft"] == 0 and m["params"]["trainable"] == m["params"]["heads"] and "sts_corr" in m
+
+
+def test_seed000_prefixes_are_layer_inputs_from_the_first_sst_batch(tmp_path, small_data):
+    "prefix_kind input, prefix_init hidden-sst: every task's prefixes are the layer inputs at SST's first batch's first real tokens"
+    from minbert_nb.train import Run
+    from minbert_nb.data import make_loader
+    cfg = preset_config("quick", out=str(tmp_path/"r"), data_dir=str(small_data), steps_per_epoch=2, batch_size=4, train_limit=16,
+                        dev_limit=8, eval_batch_size=8, peft="prefix", mode="pretrain", prefix_len=3, prefix_kind="input",
+                        prefix_init="hidden-sst", sst_phrases=False)
+    run = Run(cfg, progress=False).open(); run._data(); run._model()
+    pre, bert = run.model.bert.prefix_provider, run.model.bert
+    first = next(iter(make_loader(run.data["train"]["sst"], cfg.batch_size)))["a"]
+    bert.prefix_provider = None
+    with torch.no_grad(): hs = bert.eval()(**first, output_hidden_states=True).hidden_states
+    bert.prefix_provider = pre
+    real = hs[4][first["attention_mask"].bool()][:3]
+    for t in ("sst", "para", "sts"): assert torch.allclose(pre.prefix_input[t][4], real, atol=1e-5), t
+    assert run.counts["peft"] == 3 * 6 * 3 * 384                                    # one hidden vector per task, layer and position
+    bad = preset_config("quick", out=str(tmp_path/"q"), data_dir=str(small_data), tasks=("para",), peft="prefix", prefix_init="hidden-sst",
+                        steps_per_epoch=1, batch_size=4, train_limit=8, dev_limit=8)
+    r = Run(bad, progress=False).open(); r._data()
+    with pytest.raises(ValueError, match="does not train SST"): r._model()
