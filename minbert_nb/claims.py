@@ -7,17 +7,18 @@ Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 # %% ../nbs/16a_claims.ipynb #3ad7027a
 from __future__ import annotations
 import json, math, os
-from dataclasses import dataclass
+from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats
 from .core import stamp_figure, code_version
+from .config import TrainConfig
 from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge
 
 # %% auto #0
 __all__ = ['CLAIMS', 'MIN_SEEDS', 'CSV_COLUMNS', 'Claim', 'claim', 'paired_ci', 'verdict', 'table_folders', 'pick_folder',
-           'row_runs', 'row_value', 'scale_caveat', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
+           'is_stale', 'row_runs', 'row_value', 'scale_caveat', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
            'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
@@ -138,6 +139,9 @@ claim("004-T2-surgery", "Gradient surgery does not help on top of SMART and pret
 _T3 = lambda l: tuple(f"Concat+SMART+Pretrain / λ_s={l} / dropout={d}" for d in (0.1, 0.2, 0.3, 0.4, 0.5))
 claim("004-T3-lambda5", "SMART weight 5 beats weight 1 (mean over the five dropout values)", "004-T3", "5.4.2 Parameter Tuning & Ensemble Result",
       "overall", _T3(5), _T3(1), +1)
+claim("004-T4-ensemble", "A mode/median ensemble of the five λ_s = 5 models beats its best member on dev", "004-T4",
+      "5.4.2 Parameter Tuning & Ensemble Result", "overall", "Concat+SMART+Pretrain ensemble (Dev)", "λ_s=5 / dropout=0.1", +1,
+      note="0.002 in the paper (0.800 against 0.798, its best member by dev overall, tied with dropout 0.4): within a seed's noise")
 
 # %% ../nbs/16a_claims.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -174,16 +178,32 @@ def pick_folder(cands:list, scale:str|None=None) -> dict|None:
     c = [x for x in cands if scale is None or x["scale"] == scale]
     return max(c, key=lambda x: (len(x["seeds"]), x["scale"] != "tiny", x["scale"] == "full"), default=None)
 
-def row_runs(table:PaperTable, row:Row, rows_of) -> list:
-    "The run folders (each with metrics.json) behind `row` in the table folder `rows_of` ([] when the row has not finished)"
-    if row.same_as: return row_runs(table, table.row(row.same_as), rows_of)
+_NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_tasks")   # a run's own settings, not the row's
+
+def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
+    """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry was fixed
+    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets"""
+    f = Path(run)/"config.json"
+    if scale is None or not f.is_file() or row.untrained: return False
+    norm = lambda d: json.loads(json.dumps(d, default=list))
+    saved = norm(json.loads(f.read_text()))
+    def agrees(w):
+        want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
+        return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW)
+    return not any(agrees(w) for w in row_configs(table, row, scale))
+
+def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
+    """The run folders (each with metrics.json) behind `row` in the table folder `rows_of` ([] when the row has not finished,
+    or, given the folder's `scale`, when a run trained a configuration the registry has since changed: `is_stale`)"""
+    if row.same_as: return row_runs(table, table.row(row.same_as), rows_of, scale)
     f = row_dir(rows_of, table, row)
     if not (f/"row.json").is_file(): return []
-    return [f] if (f/"metrics.json").is_file() else sorted(p.parent for p in f.glob("*/metrics.json"))
+    runs = [f] if (f/"metrics.json").is_file() else sorted(p.parent for p in f.glob("*/metrics.json"))
+    return [] if any(is_stale(table, row, r, scale) for r in runs) else runs
 
-def row_value(table:PaperTable, row:Row, rows_of, metric:str):
-    "`row`'s `metric` (in the table's units) from its runs' metrics.json, and those runs; (None, []) if not run"
-    runs = row_runs(table, row, rows_of)
+def row_value(table:PaperTable, row:Row, rows_of, metric:str, scale:str|None=None):
+    "`row`'s `metric` (in the table's units) from its runs' metrics.json, and those runs; (None, []) if not run (or stale)"
+    runs = row_runs(table, row, rows_of, scale)
     if not runs: return None, []
     return our_value(metric, _merge([json.loads((r/"metrics.json").read_text()) for r in runs]), table.percent), runs
 
@@ -208,12 +228,19 @@ def scale_caveat(c:Claim, scale:str|None) -> str:
     if one: return f"at scale `{scale}`, {', '.join(one)} train(s) one epoch, where annealed sampling is proportional sampling (annealing is not tested)"
     return ""
 
+def _stale_note(c:Claim, info:dict|None) -> str:
+    t = TABLES[c.table]
+    old = [n for n in dict.fromkeys(c.a + c.b) for rows_of in (info or {}).get("seeds", {}).values()
+           if row_runs(t, t.row(n), rows_of) and not row_runs(t, t.row(n), rows_of, info["scale"])]
+    return (f"not counted: the runs of {', '.join(dict.fromkeys(old))} trained a configuration the registry has since corrected; "
+            "re-run them" if old else "")
+
 def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     "One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`"
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
     diffs, ar, br, used = [], [], [], []
     for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
-        va = [row_value(t, t.row(n), rows_of, c.metric) for n in c.a]; vb = [row_value(t, t.row(n), rows_of, c.metric) for n in c.b]
+        va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale")) for n in side] for side in (c.a, c.b))
         if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
         diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb])); used.append(s)
         ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
@@ -221,7 +248,7 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
-                text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale"))))),
+                text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "")
 
