@@ -20,7 +20,7 @@ __all__ = ['minbert_ablate']
 @cli
 def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
                    table:str=None,            # table id, e.g. 000-T10 (see --list)
-                   scale:str="quick",         # tiny: a smoke test; quick: minutes per row on 2 CPU cores; full: the papers' budgets
+                   scale:str="quick",         # tiny: a smoke test; quick: 240 steps a row; short: 720 steps, the report's scale (about 8 min a row on 2 CPU cores); full: the papers' budgets
                    out:str=None,              # output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again
                    rows:str=None,             # 1-based rows to run, e.g. 1,3 (default: all)
                    backbone:str=None,         # backbone for every row (default: the embedded all-MiniLM-L6-v2)
