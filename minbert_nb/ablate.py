@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from .core import set_seed, default_device, stamp_figure, code_version
 from .data import DataError, find_data_dir, sample_data_dir
 from .fetch import ensure_data
-from .pretrained import CheckpointError, resolve_checkpoint, is_embedded
+from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
 from .peft import plot_frontier
 from .evaluate import overall_score
@@ -458,7 +458,7 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
         c0 = TrainConfig(**cfgs[0])
         rec.update(metrics=_merge(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts), runs=[str(d) for d in dirs],
-                   backbone=c0.backbone or "all-MiniLM-L6-v2 (embedded)", data=_data_note(c0))
+                   backbone=backbone_name(c0.backbone), data=_data_note(c0))
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(rec, folder/"row.json")

