@@ -301,7 +301,7 @@ def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
     scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
     runs, stale = _counted_runs(info) if info else ([], 0)
-    if not runs: return ""
+    if not runs: return f"no run counted: the folder's {stale} finished runs trained a configuration the registry has since corrected" if stale else ""
     ms = [_json(r/"metrics.json") for r in runs]
     cs = [_json(r/"config.json") for r in runs if (r/"config.json").is_file()]
     span = lambda vs: f"{min(vs):,}" if min(vs) == max(vs) else f"{min(vs):,}-{max(vs):,}"
