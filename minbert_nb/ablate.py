@@ -29,7 +29,7 @@ from .ensemble import ensemble_runs
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part',
            'run_row', 'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier',
-           'seed_dir', 'parse_seeds', 'run_table', 'write_table', 'list_tables']
+           'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -608,6 +608,18 @@ def parse_seeds(seeds) -> list|None:
     if not s or len(set(s)) != len(s): raise ValueError(f"--seeds {seeds!r}: give distinct integers, e.g. 0,1,2.")
     return s
 
+def run_devices(folder) -> set:
+    "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
+    return {str(m["device"]).split(":")[0] for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
+
+def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
+    "Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed"
+    if all((row_dir(folder, table, r)/"row.json").is_file() for r in todo): return     # nothing left to train here
+    other = run_devices(folder) - {device}
+    if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
+                               "a claim compares must not mix devices within a seed: give another --out for this device, or "
+                               f"--device {sorted(other)[0]} to go on where they ran.")
+
 def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too
         f = row_dir(out, table, r)/"row.json"
@@ -625,6 +637,8 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
     if seeds is not None and (out/"rows").is_dir(): raise ValueError(f"{out} holds a single-seed table (rows/): give another --out for --seeds.")
     _check_out(out, dict(table=table.id, scale=scale, backbone=backbone))
     over = dict(backbone=backbone, data_dir=data_dir, device=device)
+    dev = default_device(device).type
+    for f in ([out] if seeds is None else [seed_dir(out, s) for s in seeds]): _check_device(f, todo, table, dev)
     if seeds is None:
         records = {r.name: run_row(table, r, out, scale, progress, keep_checkpoints, **over)
                    for r in tqdm(todo, desc=f"{table.id} ({scale})", unit="row", disable=not progress)}

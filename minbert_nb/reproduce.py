@@ -7,20 +7,63 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 # %% ../nbs/16b_reproduce.ipynb #7e36506e
 from __future__ import annotations
 import sys
+import pandas as pd
 from pathlib import Path
 from .core import cli
 from .data import DataError
-from .ablate import SCALES, list_tables, run_table
-from .claims import write_report
+from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, seed_dir
+from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'minbert_ablate']
+
+# %% ../nbs/16b_reproduce.ipynb #daa6abe5
+REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
+
+def claim_rows(table_id:str) -> set:
+    "Names of the rows of `table_id` whose runs a claim reads: its own rows, an ensemble row's members, a `same_as` row's original"
+    t, out = TABLES[table_id], set()
+    def add(name):
+        r = t.row(name)
+        if r.same_as: return add(r.same_as)
+        out.add(name)
+        for m in r.ensemble: add(m)
+    for c in CLAIMS.values():
+        if c.table == table_id:
+            for n in (*c.a, *c.b): add(n)
+    return out
+
+def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
+    """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
+    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing"""
+    seeds, recs = tuple(int(s) for s in seeds), []
+    for t in TABLES.values():
+        folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
+        for i, r in enumerate(t.rows, 1):
+            if r.needs or r.same_as: continue                          # cannot run here / reuses another row's run
+            need = seeds if r.name in used else seeds[:1]
+            done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
+            smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
+                                           for c in row_configs(t, r, scale))
+            recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
+                             need=need, done=done, missing=tuple(s for s in need if s not in done), out=str(folder)))
+    return pd.DataFrame(recs)
+
+def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
+    "`minbert_ablate` argument lists for the missing runs of `plan`: the claims' rows first, one call per table and set of missing seeds"
+    todo, calls = plan[plan["missing"].map(len) > 0], []
+    for claim in (True, False):
+        part = todo[todo["claim"] == claim]
+        for (table, missing), g in part.groupby(["table", "missing"], sort=False):
+            calls.append(["--table", table, "--scale", scale, "--seeds", ",".join(map(str, missing)),
+                          "--rows", ",".join(map(str, g["row"])), "--out", g["out"].iloc[0]])
+    return calls
 
 # %% ../nbs/16b_reproduce.ipynb #4aff80e7
 @cli
 def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
                    table:str=None,            # table id, e.g. 000-T10 (see --list)
-                   scale:str="quick",         # tiny: a smoke test; quick: 240 steps a row; short: 720 steps, the report's scale (about 8 min a row on 2 CPU cores); full: the papers' budgets
+                   scale:str=None,            # tiny: a smoke test; quick: 240 steps a row (the default with --table); short: 720 steps, the report's scale (about 8 min a row on 2 CPU cores; the default with --plan, --reproduce); full: the papers' budgets
                    out:str=None,              # output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again
                    rows:str=None,             # 1-based rows to run, e.g. 1,3 (default: all)
                    backbone:str=None,         # backbone for every row (default: the embedded all-MiniLM-L6-v2)
@@ -30,7 +73,9 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                    seeds:str=None,            # run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd
                    quiet:bool=False,          # no progress bars
                    report:bool=False,         # no training: the claims' verdicts (16a_claims) from the run folders under --results
-                   results:str="results/ablate",       # with --report: where the tables' run folders are
+                   plan:bool=False,           # no training: the runs the report still needs under --results, and the calls that make them
+                   reproduce:bool=False,      # run what --plan lists, the claims' rows first (resumable); then --report
+                   results:str="results/ablate",       # with --report, --plan, --reproduce: where the tables' run folders are
                    report_out:str="results/reproduction"):  # with --report: where claims.csv, report.md and figures go
     "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
     try:
@@ -38,7 +83,22 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
         if report:
             df = write_report(results, report_out)
             print(df["verdict"].value_counts().to_string()); print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}"); return
-        if not table: sys.exit("minbert_ablate: give --table ID (or --list to see them).")
+        if plan or reproduce:
+            if backbone or table or out: raise ValueError("--plan and --reproduce fill the report's folders (results/ablate/TABLE-SCALE) on the "
+                                                          "embedded backbone: drop --backbone, --table and --out, or run one table with --table.")
+            scale = scale or REPORT_SCALE
+            if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
+            df = plan_frame(results, scale); calls = plan_commands(df, scale)
+            left = df["missing"].map(len)
+            print(f"{int(left.sum())} runs left at scale {scale} ({int(left[df.claim].sum())} for claims' rows, "
+                  f"{int(left[df.smart].sum())} of them SMART runs) in {results}; {int(df['done'].map(len).sum())} done")
+            for c in calls: print("minbert_ablate " + " ".join(c))
+            if not reproduce: return
+            over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else []), *(["--quiet"] if quiet else [])]
+            for c in calls: minbert_ablate(c + over)
+            return minbert_ablate(["--report", "--results", results, "--report_out", report_out])
+        if not table: sys.exit("minbert_ablate: give --table ID (or --list, --plan, --report).")
+        scale = scale or "quick"
         if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
         out = Path(out or f"runs/ablate-{table}-{scale}")
         run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds)
