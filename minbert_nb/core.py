@@ -156,8 +156,7 @@ def stamp_figure(fig, run_id:str, commit:str|None=None, dirty:bool=False):
     return text
 
 # %% ../nbs/00_core.ipynb #c323c515
-def code_version() -> dict:
-    "minbert_nb's version and, when run from a git checkout, its commit and whether the package differs from it (`dirty`)"
+def _read_code_version() -> dict:
     v = dict(minbert_nb=minbert_nb.__version__, torch=str(torch.__version__))
     try:
         root = Path(minbert_nb.__file__).resolve().parents[1]
@@ -168,6 +167,13 @@ def code_version() -> dict:
             v["dirty"] = bool(git("status", "--porcelain", "--untracked-files=no", "--", "minbert_nb").stdout.strip())
     except (OSError, subprocess.SubprocessError): pass
     return v
+
+_CODE_VERSION = _read_code_version()   # once, as the package is imported: the code this process runs
+
+def code_version() -> dict:
+    """minbert_nb's version and, when run from a git checkout, its commit and whether the package differed from it (`dirty`),
+    as they were when this process imported minbert_nb (a later commit in the checkout is not the code that runs)"""
+    return dict(_CODE_VERSION)
 
 def stamp_run_figure(fig, path) -> str:
     "Stamp `fig`, about to be saved at `RUN_DIR/figures/NAME.png` (or `RUN_DIR/NAME.png`), with the run id and the current commit"
