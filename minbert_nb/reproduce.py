@@ -6,16 +6,18 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 
 # %% ../nbs/16b_reproduce.ipynb #7e36506e
 from __future__ import annotations
-import sys
+import json, os, subprocess, sys, time
 import pandas as pd
 from pathlib import Path
+from tqdm.auto import tqdm
 from .core import cli
 from .data import DataError
-from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, seed_dir
+from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'split_by_seed', 'worker_env', 'run_calls',
+           'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -59,6 +61,51 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
                           "--rows", ",".join(map(str, g["row"])), "--out", g["out"].iloc[0]])
     return calls
 
+# %% ../nbs/16b_reproduce.ipynb #166f1695
+def split_by_seed(calls:list) -> list:
+    "Each `minbert_ablate` call of `plan_commands` as one call per seed: the unit a worker runs"
+    out = []
+    for c in calls:
+        i = c.index("--seeds")
+        out += [[*c[:i + 1], s, *c[i + 2:]] for s in c[i + 1].split(",")]
+    return out
+
+def worker_env(workers:int, env=None) -> dict:
+    "The environment of one of `workers` processes sharing this machine's cores: its share of them as threads (at least 1)"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return dict(os.environ if env is None else env, OMP_NUM_THREADS=str(max(1, cores // max(1, workers))))
+
+def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs") -> list:
+    """Run `minbert_ablate` argument lists `calls` (`split_by_seed` units), `workers` processes at a time, each with its share of
+    the cores; each writes to a log in `log_dir`. Returns [(call, log)] of those that failed"""
+    log_dir = Path(log_dir); log_dir.mkdir(parents=True, exist_ok=True)
+    env, todo, running, failed = worker_env(workers), list(calls), {}, []
+    bar = tqdm(total=len(calls), desc=f"minbert_ablate calls ({workers} at a time, {env['OMP_NUM_THREADS']} threads each)", unit="call")
+    while todo or running:
+        while todo and len(running) < workers:
+            c = todo.pop(0)
+            log = log_dir/(f"{c[c.index('--table') + 1]}-seed{c[c.index('--seeds') + 1]}-rows{c[c.index('--rows') + 1]}.log".replace(",", "_"))
+            f = open(log, "w")
+            running[subprocess.Popen([sys.executable, "-m", "minbert_nb.reproduce", *c, "--quiet", *extra], stdout=f,
+                                     stderr=subprocess.STDOUT, env=env)] = (c, log, f)
+        time.sleep(0.5)
+        for p in [p for p in running if p.poll() is not None]:
+            c, log, f = running.pop(p); f.close(); bar.update()
+            if p.returncode: failed.append((c, log))
+    bar.close()
+    return failed
+
+def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame:
+    "Write `out`'s table.csv, table.md and figures again from the runs finished in its seed folders, training nothing"
+    t, out = TABLES[table_id], Path(out)
+    per = {}
+    for d in sorted(out.glob("seed-*")):
+        if not d.name[5:].isdigit(): continue
+        per[int(d.name[5:])] = {r.name: json.loads(f.read_text()) if (f := row_dir(d, t, r)/"row.json").is_file() else
+                                dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)") for r in t.rows}
+    if not per: raise ValueError(f"{out} holds no seed folders (seed-K/) of {table_id}.")
+    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
+
 # %% ../nbs/16b_reproduce.ipynb #4aff80e7
 @cli
 def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
@@ -75,6 +122,7 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                    report:bool=False,         # no training: the claims' verdicts (16a_claims) from the run folders under --results
                    plan:bool=False,           # no training: the runs the report still needs under --results, and the calls that make them
                    reproduce:bool=False,      # run what --plan lists, the claims' rows first (resumable); then --report
+                   workers:int=1,             # with --reproduce: runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)
                    results:str="results/ablate",       # with --report, --plan, --reproduce: where the tables' run folders are
                    report_out:str="results/reproduction"):  # with --report: where claims.csv, report.md and figures go
     "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
@@ -94,9 +142,16 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                   f"{int(left[df.smart].sum())} of them SMART runs) in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
             if not reproduce: return
-            over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else []), *(["--quiet"] if quiet else [])]
-            for c in calls: minbert_ablate(c + over)
-            return minbert_ablate(["--report", "--results", results, "--report_out", report_out])
+            over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
+            if workers > 1:
+                failed = run_calls(split_by_seed(calls), workers, over)
+                for c, log in failed: print(f"minbert_ablate: this call failed, see {log}: minbert_ablate {' '.join(c)}")
+            else:
+                for c in calls: minbert_ablate(c + over + (["--quiet"] if quiet else []))
+            for table_id in dict.fromkeys(c[c.index("--table") + 1] for c in calls): table_from_runs(table_id, Path(results)/f"{table_id}-{scale}", scale)
+            minbert_ablate(["--report", "--results", results, "--report_out", report_out])
+            if workers > 1 and failed: sys.exit(f"minbert_ablate: {len(failed)} call(s) failed (above); the others ran.")
+            return
         if not table: sys.exit("minbert_ablate: give --table ID (or --list, --plan, --report).")
         scale = scale or "quick"
         if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
@@ -104,3 +159,6 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
         run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds)
     except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
+
+# %% ../nbs/16b_reproduce.ipynb #a22a2715
+if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_ablate()   # python -m minbert_nb.reproduce (run_calls' workers)
