@@ -16,7 +16,7 @@ from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'split_by_seed', 'worker_env', 'run_calls',
+__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'split_by_seed', 'worker_env', 'run_calls',
            'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
@@ -60,6 +60,14 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
             calls.append(["--table", table, "--scale", scale, "--seeds", ",".join(map(str, missing)),
                           "--rows", ",".join(map(str, g["row"])), "--out", g["out"].iloc[0]])
     return calls
+
+def write_plan(plan:pd.DataFrame, path) -> Path:
+    "`plan` as CSV at `path` (seeds as `0;1;2`), beside the report: the docs page shows what has not run yet"
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    seeds = lambda x: ";".join(map(str, x))
+    plan.assign(need=plan["need"].map(seeds), done=plan["done"].map(seeds), missing=plan["missing"].map(seeds)).to_csv(path, index=False)
+    return path
+
 
 # %% ../nbs/16b_reproduce.ipynb #166f1695
 def split_by_seed(calls:list) -> list:
@@ -119,7 +127,7 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                    keep_checkpoints:bool=False,  # keep each run's best.pt / last.pt
                    seeds:str=None,            # run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd
                    quiet:bool=False,          # no progress bars
-                   report:bool=False,         # no training: the claims' verdicts (16a_claims) from the run folders under --results
+                   report:bool=False,         # no training: the claims' verdicts (16a_claims) from the run folders under --results, and plan.csv (--plan)
                    plan:bool=False,           # no training: the runs the report still needs under --results, and the calls that make them
                    reproduce:bool=False,      # run what --plan lists, the claims' rows first (resumable); then --report
                    workers:int=1,             # with --reproduce: runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)
@@ -130,7 +138,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
         if list: print(list_tables(table)); return
         if report:
             df = write_report(results, report_out)
-            print(df["verdict"].value_counts().to_string()); print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}"); return
+            write_plan(plan_frame(results, scale or REPORT_SCALE), Path(report_out)/"plan.csv")
+            print(df["verdict"].value_counts().to_string()); print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'plan.csv'}"); return
         if plan or reproduce:
             if backbone or table or out: raise ValueError("--plan and --reproduce fill the report's folders (results/ablate/TABLE-SCALE) on the "
                                                           "embedded backbone: drop --backbone, --table and --out, or run one table with --table.")
