@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16_ablate.ipynb #8f0298e2
 from __future__ import annotations
-import json, math, re, shutil, time
+import json, math, os, re, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -27,9 +27,9 @@ from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
-           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'run_part',
-           'run_row', 'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier',
-           'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
+           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'twin_run',
+           'run_part', 'run_row', 'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table',
+           'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -393,6 +393,34 @@ def _data_note(cfg:TrainConfig) -> str:
     lim = f", <= {cfg.train_limit:,} train rows/task" if cfg.train_limit else ""
     return ("committed sample" if sample_dir_of(d) else str(d)) + lim + (f", <= {cfg.dev_limit:,} dev rows/task" if cfg.dev_limit else "")
 
+_NOT_CFG = ("out", "preset")   # where a run's files go and its label: not the computation
+
+def _cfg_key(cfg:dict) -> str:
+    "A configuration as comparable text: its TrainConfig fields as JSON, but for `_NOT_CFG`"
+    d = json.loads(json.dumps(asdict(TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})), default=list))
+    return json.dumps({k: v for k, v in d.items() if k not in _NOT_CFG}, sort_keys=True)
+
+def twin_run(cfg:dict, folder) -> Path|None:
+    """A finished run of configuration `cfg` (every TrainConfig field, the seed included, on the same kind of device) in
+    the table folder `folder` belongs to or one beside it (`folder` = `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are
+    `BASE/ANY[/seed-K]/rows/*[/*]`), or None"""
+    parts = Path(folder).resolve().parts
+    if "rows" not in parts: return None
+    i = len(parts) - 1 - parts[::-1].index("rows")
+    table_dir = Path(*parts[:i])
+    base, sub = (table_dir.parent, table_dir.name) if table_dir.name.startswith("seed-") else (table_dir, "")
+    if not base.parent.is_dir(): return None
+    want, dev = _cfg_key(cfg), default_device(cfg.get("device")).type
+    for other in [base, *sorted(d for d in base.parent.iterdir() if d != base and (d/"ablate.json").is_file())]:
+        rows = other/sub/"rows"
+        for m in [*sorted(rows.glob("*/metrics.json")), *sorted(rows.glob("*/*/metrics.json"))]:
+            run, f = m.parent, m.parent/"config.json"
+            if not f.is_file() or run.resolve() == Path(folder).resolve(): continue
+            try: same = _cfg_key(json.loads(f.read_text())) == want
+            except (TypeError, ValueError): continue                  # a config of an older TrainConfig
+            if same and str(json.loads(m.read_text()).get("device", "cpu")).split(":")[0] == dev: return run
+    return None
+
 def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False) -> dict:
     "Train (or continue, or score untrained) one run of a row in `folder`; returns its metrics.json"
     folder = Path(folder)
@@ -408,7 +436,13 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
         if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
-        m = run_training(c, progress=progress, resume=resume)
+        twin = None if resume or eval_tasks else twin_run(cfg, folder)
+        if twin is not None:                                          # the same run, finished in another table: its files, not a retraining
+            shutil.copytree(twin, folder, ignore=shutil.ignore_patterns("*.pt", "row.json"))
+            m = json.loads((folder/"metrics.json").read_text())
+            m["copied_from"] = str(twin.relative_to(os.path.commonpath([twin, folder.resolve()])))   # e.g. 004-T3-short/seed-0/rows/...
+            write_json(m, folder/"metrics.json")
+        else: m = run_training(c, progress=progress, resume=resume)
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
         m.update(score_dev(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
@@ -457,8 +491,10 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained) for c, d in zip(cfgs, dirs)]
         except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
         c0 = TrainConfig(**cfgs[0])
-        rec.update(metrics=_merge(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts), runs=[str(d) for d in dirs],
-                   backbone=backbone_name(c0.backbone), data=_data_note(c0))
+        rec.update(metrics=_merge(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),
+                   runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
+        if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
+            rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(rec, folder/"row.json")

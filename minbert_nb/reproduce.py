@@ -12,7 +12,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from .core import cli
 from .data import DataError
-from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table
+from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table, _cfg_key
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
@@ -37,7 +37,8 @@ def claim_rows(table_id:str) -> set:
 
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
-    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing"""
+    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing, the rows of the same configuration
+    (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`)"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
         folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
@@ -47,9 +48,21 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
                                            for c in row_configs(t, r, scale))
+            cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
+                             key=_cfg_key(cfgs[0]) if len(cfgs) == 1 else None,
                              need=need, done=done, missing=tuple(s for s in need if s not in done), out=str(folder)))
-    return pd.DataFrame(recs)
+    df = pd.DataFrame(recs)
+    # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done, or runs it
+    # earlier in the plan's order (claims' rows first, then the registry's order)
+    df["order"] = [(not c, i) for i, c in enumerate(df["claim"])]
+    twins, copies = [], []
+    for i, r in df.iterrows():
+        g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
+        twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
+        copies.append(tuple(s for s in r["missing"] if any(s in o["done"] or (s in o["missing"] and o["order"] < r["order"])
+                                                           for _, o in g.iterrows())))
+    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
     "`minbert_ablate` argument lists for the missing runs of `plan`: the claims' rows first, one call per table and set of missing seeds"
@@ -65,7 +78,7 @@ def write_plan(plan:pd.DataFrame, path) -> Path:
     "`plan` as CSV at `path` (seeds as `0;1;2`), beside the report: the docs page shows what has not run yet"
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     seeds = lambda x: ";".join(map(str, x))
-    plan.assign(need=plan["need"].map(seeds), done=plan["done"].map(seeds), missing=plan["missing"].map(seeds)).to_csv(path, index=False)
+    plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "copies")}).to_csv(path, index=False)
     return path
 
 
@@ -148,7 +161,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
             df = plan_frame(results, scale); calls = plan_commands(df, scale)
             left = df["missing"].map(len)
             print(f"{int(left.sum())} runs left at scale {scale} ({int(left[df.claim].sum())} for claims' rows, "
-                  f"{int(left[df.smart].sum())} of them SMART runs) in {results}; {int(df['done'].map(len).sum())} done")
+                  f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run) "
+                  f"in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
