@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16_ablate.ipynb #8f0298e2
 from __future__ import annotations
-import json, math, os, re, shutil, time
+import dataclasses, json, math, os, re, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -22,7 +22,7 @@ from .evaluate import overall_score
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json
 from .train import load_run, score_dev
-from .phases import run_training
+from .phases import run_training, phase_configs
 from .ensemble import ensemble_runs
 
 # %% auto #0
@@ -393,32 +393,45 @@ def _data_note(cfg:TrainConfig) -> str:
     lim = f", <= {cfg.train_limit:,} train rows/task" if cfg.train_limit else ""
     return ("committed sample" if sample_dir_of(d) else str(d)) + lim + (f", <= {cfg.dev_limit:,} dev rows/task" if cfg.dev_limit else "")
 
-_NOT_CFG = ("out", "preset")   # where a run's files go and its label: not the computation
+_NOT_CFG = ("out", "preset", "device", "data_dir")   # where files go, the label, and what twin_run checks on its own
 
 def _cfg_key(cfg:dict) -> str:
-    "A configuration as comparable text: its TrainConfig fields as JSON, but for `_NOT_CFG`"
-    d = json.loads(json.dumps(asdict(TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})), default=list))
+    "A configuration as comparable text: its TrainConfig fields as JSON, but for `_NOT_CFG` (a phased run's `model_tasks` as it saves them)"
+    c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
+    if c.phases: c = dataclasses.replace(c, model_tasks=phase_configs(c)[0][1].model_tasks)   # train_phases saves the phases' tasks
+    d = json.loads(json.dumps(asdict(c), default=list))
     return json.dumps({k: v for k, v in d.items() if k not in _NOT_CFG}, sort_keys=True)
 
+def _files_under(m:dict, folder:Path) -> bool:
+    "Whether every training and dev file that metrics `m` names lies in data folder `folder`"
+    files = [f for v in (m.get("train_files") or {}).values() for f in (v if isinstance(v, list) else [v]) if isinstance(f, str)]
+    return bool(files) and all(Path(f).resolve().is_relative_to(folder) for f in files)
+
 def twin_run(cfg:dict, folder) -> Path|None:
-    """A finished run of configuration `cfg` (every TrainConfig field, the seed included, on the same kind of device) in
-    the table folder `folder` belongs to or one beside it (`folder` = `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are
-    `BASE/ANY[/seed-K]/rows/*[/*]`), or None"""
+    """A finished run of configuration `cfg` in the table folder `folder` belongs to or one beside it (`folder` =
+    `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are `BASE/ANY[/seed-K]/rows/ROW[/partN-...]`): every TrainConfig field the
+    same (the seed included), trained (not scored untrained, no extra `eval_tasks` scores), on the same kind of device, from
+    files in the same data folder; or None"""
     parts = Path(folder).resolve().parts
     if "rows" not in parts: return None
     i = len(parts) - 1 - parts[::-1].index("rows")
     table_dir = Path(*parts[:i])
     base, sub = (table_dir.parent, table_dir.name) if table_dir.name.startswith("seed-") else (table_dir, "")
     if not base.parent.is_dir(): return None
-    want, dev = _cfg_key(cfg), default_device(cfg.get("device")).type
+    try: want, data = _cfg_key(cfg), find_data_dir(cfg.get("data_dir")).resolve()
+    except (DataError, FileNotFoundError): return None
+    dev = default_device(cfg.get("device")).type
     for other in [base, *sorted(d for d in base.parent.iterdir() if d != base and (d/"ablate.json").is_file())]:
         rows = other/sub/"rows"
-        for m in [*sorted(rows.glob("*/metrics.json")), *sorted(rows.glob("*/*/metrics.json"))]:
+        for m in [*sorted(rows.glob("*/metrics.json")), *sorted(rows.glob("*/part*/metrics.json"))]:   # a row's run or its parts'
             run, f = m.parent, m.parent/"config.json"
             if not f.is_file() or run.resolve() == Path(folder).resolve(): continue
             try: same = _cfg_key(json.loads(f.read_text())) == want
-            except (TypeError, ValueError): continue                  # a config of an older TrainConfig
-            if same and str(json.loads(m.read_text()).get("device", "cpu")).split(":")[0] == dev: return run
+            except (TypeError, ValueError): continue                  # a config of an older TrainConfig, an ensemble's
+            if not same: continue
+            got = json.loads(m.read_text())
+            if got.get("untrained") or got.get("eval_tasks") or str(got.get("device", "")).split(":")[0] != dev: continue
+            if _files_under(got, data): return run
     return None
 
 def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False) -> dict:
@@ -437,11 +450,13 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
         if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
         twin = None if resume or eval_tasks else twin_run(cfg, folder)
-        if twin is not None:                                          # the same run, finished in another table: its files, not a retraining
-            shutil.copytree(twin, folder, ignore=shutil.ignore_patterns("*.pt", "row.json"))
-            m = json.loads((folder/"metrics.json").read_text())
+        if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
+            tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")   # copied whole, then moved in: never seen half-made
+            shutil.rmtree(tmp, ignore_errors=True)
+            shutil.copytree(twin, tmp, ignore=shutil.ignore_patterns("*.pt", "row.json", ".*"))
+            m = json.loads((tmp/"metrics.json").read_text())
             m["copied_from"] = str(twin.relative_to(os.path.commonpath([twin, folder.resolve()])))   # e.g. 004-T3-short/seed-0/rows/...
-            write_json(m, folder/"metrics.json")
+            write_json(m, tmp/"metrics.json"); folder.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, folder)
         else: m = run_training(c, progress=progress, resume=resume)
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
@@ -653,8 +668,8 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     if all((row_dir(folder, table, r)/"row.json").is_file() for r in todo): return     # nothing left to train here
     other = run_devices(folder) - {device}
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
-                               "a claim compares must not mix devices within a seed: give another --out for this device, or "
-                               f"--device {sorted(other)[0]} to go on where they ran.")
+                               "a claim compares must not mix devices within a seed: give another --out for this device (with --reproduce: "
+                               f"another --results), or --device {sorted(other)[0]} to go on where they ran.")
 
 def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too

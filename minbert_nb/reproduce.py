@@ -16,8 +16,7 @@ from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'split_by_seed', 'worker_env', 'run_calls',
-           'table_from_runs', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -37,7 +36,8 @@ def claim_rows(table_id:str) -> set:
 
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
-    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing, the rows of the same configuration
+    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
+    whose finished run trained a configuration the registry has since changed: delete it to train again), the rows of the same configuration
     (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`)"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
@@ -46,16 +46,17 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             if r.needs or r.same_as: continue                          # cannot run here / reuses another row's run
             need = seeds if r.name in used else seeds[:1]
             done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
+            stale = tuple(s for s in need if s not in done and (row_dir(seed_dir(folder, s), t, r)/"row.json").is_file())
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
                                            for c in row_configs(t, r, scale))
             cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
                              key=_cfg_key(cfgs[0]) if len(cfgs) == 1 else None,
-                             need=need, done=done, missing=tuple(s for s in need if s not in done), out=str(folder)))
+                             need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder)))
     df = pd.DataFrame(recs)
     # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done, or runs it
-    # earlier in the plan's order (claims' rows first, then the registry's order)
-    df["order"] = [(not c, i) for i, c in enumerate(df["claim"])]
+    # earlier in the plan's order (plan_commands: table by table, each seed's claims' rows first), one call at a time
+    df["order"] = [(ti, not c, i) for i, (ti, c) in enumerate(zip(pd.factorize(df["table"])[0], df["claim"]))]   # one seed's order
     twins, copies = [], []
     for i, r in df.iterrows():
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
@@ -65,13 +66,14 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     return df.assign(twins=twins, copies=copies).drop(columns=["key", "order"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
-    "`minbert_ablate` argument lists for the missing runs of `plan`: the claims' rows first, one call per table and set of missing seeds"
-    todo, calls = plan[plan["missing"].map(len) > 0], []
-    for claim in (True, False):
-        part = todo[todo["claim"] == claim]
-        for (table, missing), g in part.groupby(["table", "missing"], sort=False):
-            calls.append(["--table", table, "--scale", scale, "--seeds", ",".join(map(str, missing)),
-                          "--rows", ",".join(map(str, g["row"])), "--out", g["out"].iloc[0]])
+    """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, the claims' rows first in
+    it (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes)"""
+    calls, todo = [], plan[plan["missing"].map(len) > 0]
+    for table, g in todo.groupby("table", sort=False):
+        for s in sorted({s for m in g["missing"] for s in m}):
+            rows = g[g["missing"].map(lambda m: s in m)].sort_values("claim", ascending=False, kind="stable")
+            calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
+                          "--out", rows["out"].iloc[0]])
     return calls
 
 def write_plan(plan:pd.DataFrame, path) -> Path:
@@ -81,51 +83,6 @@ def write_plan(plan:pd.DataFrame, path) -> Path:
     plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "copies")}).to_csv(path, index=False)
     return path
 
-
-# %% ../nbs/16b_reproduce.ipynb #166f1695
-def split_by_seed(calls:list) -> list:
-    "Each `minbert_ablate` call of `plan_commands` as one call per seed: the unit a worker runs"
-    out = []
-    for c in calls:
-        i = c.index("--seeds")
-        out += [[*c[:i + 1], s, *c[i + 2:]] for s in c[i + 1].split(",")]
-    return out
-
-def worker_env(workers:int, env=None) -> dict:
-    "The environment of one of `workers` processes sharing this machine's cores: its share of them as threads (at least 1)"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return dict(os.environ if env is None else env, OMP_NUM_THREADS=str(max(1, cores // max(1, workers))))
-
-def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs") -> list:
-    """Run `minbert_ablate` argument lists `calls` (`split_by_seed` units), `workers` processes at a time, each with its share of
-    the cores; each writes to a log in `log_dir`. Returns [(call, log)] of those that failed"""
-    log_dir = Path(log_dir); log_dir.mkdir(parents=True, exist_ok=True)
-    env, todo, running, failed = worker_env(workers), list(calls), {}, []
-    bar = tqdm(total=len(calls), desc=f"minbert_ablate calls ({workers} at a time, {env['OMP_NUM_THREADS']} threads each)", unit="call")
-    while todo or running:
-        while todo and len(running) < workers:
-            c = todo.pop(0)
-            log = log_dir/(f"{c[c.index('--table') + 1]}-seed{c[c.index('--seeds') + 1]}-rows{c[c.index('--rows') + 1]}.log".replace(",", "_"))
-            f = open(log, "w")
-            running[subprocess.Popen([sys.executable, "-m", "minbert_nb.reproduce", *c, "--quiet", *extra], stdout=f,
-                                     stderr=subprocess.STDOUT, env=env)] = (c, log, f)
-        time.sleep(0.5)
-        for p in [p for p in running if p.poll() is not None]:
-            c, log, f = running.pop(p); f.close(); bar.update()
-            if p.returncode: failed.append((c, log))
-    bar.close()
-    return failed
-
-def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame:
-    "Write `out`'s table.csv, table.md and figures again from the runs finished in its seed folders, training nothing"
-    t, out = TABLES[table_id], Path(out)
-    per = {}
-    for d in sorted(out.glob("seed-*")):
-        if not d.name[5:].isdigit(): continue
-        per[int(d.name[5:])] = {r.name: json.loads(f.read_text()) if (f := row_dir(d, t, r)/"row.json").is_file() else
-                                dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)") for r in t.rows}
-    if not per: raise ValueError(f"{out} holds no seed folders (seed-K/) of {table_id}.")
-    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
 
 # %% ../nbs/16b_reproduce.ipynb #4aff80e7
 @cli
@@ -164,16 +121,21 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                   f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run) "
                   f"in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
+            for _, r in df[df["stale"].map(len) > 0].iterrows():
+                print(f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: the finished run trained a configuration the "
+                      f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again")
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
-            if workers > 1:
-                failed = run_calls(split_by_seed(calls), workers, over)
-                for c, log in failed: print(f"minbert_ablate: this call failed, see {log}: minbert_ablate {' '.join(c)}")
+            if workers > 1: failed = run_calls(calls, workers, over)
             else:
-                for c in calls: minbert_ablate(c + over + (["--quiet"] if quiet else []))
+                failed = []
+                for c in calls:
+                    try: minbert_ablate(c + over + (["--quiet"] if quiet else []))
+                    except SystemExit as e: failed.append((c, str(e)))        # said; the other calls go on
+            for c, why in failed: print(f"minbert_ablate: this call failed ({why}): minbert_ablate {' '.join(c)}")
             for table_id in dict.fromkeys(c[c.index("--table") + 1] for c in calls): table_from_runs(table_id, Path(results)/f"{table_id}-{scale}", scale)
             minbert_ablate(["--report", "--results", results, "--report_out", report_out])
-            if workers > 1 and failed: sys.exit(f"minbert_ablate: {len(failed)} call(s) failed (above); the others ran.")
+            if failed: sys.exit(f"minbert_ablate: {len(failed)} call(s) failed (above); the others ran.")
             return
         if not table: sys.exit("minbert_ablate: give --table ID (or --list, --plan, --report).")
         scale = scale or "quick"
