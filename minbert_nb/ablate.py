@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 from .core import set_seed, default_device, stamp_figure, code_version
-from .data import DataError, find_data_dir, sample_data_dir
+from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
 from .peft import plot_frontier
-from .evaluate import overall_score
+from .evaluate import overall_score, prediction_path, raw_path
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json
 from .train import load_run, score_dev
@@ -27,9 +27,10 @@ from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
-           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of', 'twin_run',
-           'run_part', 'run_row', 'our_value', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table',
-           'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
+           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of',
+           'has_dev_predictions', 'twin_run', 'run_part', 'run_row', 'our_value', 'table_frame', 'seeds_frame',
+           'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table',
+           'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -407,11 +408,21 @@ def _files_under(m:dict, folder:Path) -> bool:
     files = [f for v in (m.get("train_files") or {}).values() for f in (v if isinstance(v, list) else [v]) if isinstance(f, str)]
     return bool(files) and all(Path(f).resolve().is_relative_to(folder) for f in files)
 
-def twin_run(cfg:dict, folder) -> Path|None:
+_SCORED = (("sst", "sst_acc"), ("para", "para_acc"), ("sts", "sts_corr"), ("cfimdb", "cfimdb_acc"))
+
+def has_dev_predictions(run) -> bool:
+    """Whether run folder `run` still holds the dev prediction files (outputs and raw) of every task it scored: an ensemble
+    reads them, and they are not committed, so they do not outlive the machine the run trained on"""
+    run = Path(run)
+    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
+    tasks = [t for t, k in _SCORED if k in m]
+    return bool(tasks) and all(plain_or_gz(f(run, t, "dev")).is_file() for t in tasks for f in (prediction_path, raw_path))
+
+def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
     """A finished run of configuration `cfg` in the table folder `folder` belongs to or one beside it (`folder` =
     `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are `BASE/ANY[/seed-K]/rows/ROW[/partN-...]`): every TrainConfig field the
     same (the seed included), trained (not scored untrained, no extra `eval_tasks` scores), on the same kind of device, from
-    files in the same data folder; or None"""
+    files in the same data folder, with its dev predictions when `predictions` (an ensemble member); or None"""
     parts = Path(folder).resolve().parts
     if "rows" not in parts: return None
     i = len(parts) - 1 - parts[::-1].index("rows")
@@ -431,10 +442,10 @@ def twin_run(cfg:dict, folder) -> Path|None:
             if not same: continue
             got = json.loads(m.read_text())
             if got.get("untrained") or got.get("eval_tasks") or str(got.get("device", "")).split(":")[0] != dev: continue
-            if _files_under(got, data): return run
+            if _files_under(got, data) and (not predictions or has_dev_predictions(run)): return run
     return None
 
-def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False) -> dict:
+def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False, predictions:bool=False) -> dict:
     "Train (or continue, or score untrained) one run of a row in `folder`; returns its metrics.json"
     folder = Path(folder)
     c = TrainConfig(**{**cfg, "out": str(folder)})
@@ -449,7 +460,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
         if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
-        twin = None if resume or eval_tasks else twin_run(cfg, folder)
+        twin = None if resume or eval_tasks else twin_run(cfg, folder, predictions)
         if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
             tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")   # copied whole, then moved in: never seen half-made
             shutil.rmtree(tmp, ignore_errors=True)
@@ -493,6 +504,9 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
         lacking = [m["row"] for m in members if m["status"] != "ok"]
         if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
+        gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
+        if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
+                             "not committed and stay on the machine a run trained on): delete those folders to train them again here")
         t0, dirs = time.time(), [m["runs"][0] for m in members]
         em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
         metrics = _merge([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
@@ -503,7 +517,8 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         why = row_blocker(row, cfgs)
         if why: return dict(rec, status="not run", reason=why)
         dirs = [folder] if len(cfgs) == 1 else [folder/f"part{i + 1}-{'-'.join(TrainConfig(**c).tasks)}" for i, c in enumerate(cfgs)]
-        try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained) for c, d in zip(cfgs, dirs)]
+        member = any(row.name in r.ensemble for r in table.rows)     # an ensemble reads its dev predictions: a copy must have them
+        try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
         except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
         c0 = TrainConfig(**cfgs[0])
         rec.update(metrics=_merge(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),

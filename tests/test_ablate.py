@@ -1,5 +1,5 @@
 "The ablation runner: the registry against the reports, resuming an interrupted table, figures from a tiny run"
-import json, re
+import json, shutil, re
 from pathlib import Path
 import pytest
 import minbert_nb.ablate as A
@@ -73,6 +73,12 @@ def test_figures_and_frontier_from_a_tiny_run(tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     ens = json.loads((out/"rows"/"17-Ensemble_x3"/"row.json").read_text())
     assert len(ens["metrics"]) and Path(ens["runs"][0]).joinpath("metrics.json").is_file()
+    # on another machine the members' prediction files are gone (not committed): the ensemble says so instead of scoring less
+    shutil.rmtree(out/"rows"/"17-Ensemble_x3")
+    for f in (out/"rows"/"14-Finetune_Sentence-BERT_PAL"/"predictions").glob("*"): f.unlink()
+    df = A.run_table("000-T4", out, "tiny", rows=[17], data_dir=str(SAMPLE), progress=False)
+    st = df.set_index("row").loc["Ensemble x3", "status"]
+    assert st.startswith("not run: the dev predictions of members") and "14-Finetune_Sentence-BERT_PAL" in st and "delete" in st, st
 
 def test_rows_that_cannot_run_are_marked_with_the_reason(tmp_path):
     df = A.run_table("003-T2", tmp_path/"t", "tiny", rows=[9, 10], data_dir=str(SAMPLE), progress=False)
