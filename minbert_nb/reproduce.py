@@ -145,5 +145,4 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
     except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
-# %% ../nbs/16b_reproduce.ipynb #a22a2715
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_ablate()   # python -m minbert_nb.reproduce (run_calls' workers)
