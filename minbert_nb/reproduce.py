@@ -16,7 +16,8 @@ from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env', 'run_calls',
+           'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -83,6 +84,43 @@ def write_plan(plan:pd.DataFrame, path) -> Path:
     plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "copies")}).to_csv(path, index=False)
     return path
 
+
+# %% ../nbs/16b_reproduce.ipynb #166f1695
+def worker_env(workers:int, env=None) -> dict:
+    "The environment of one of `workers` processes sharing this machine's cores: its share of them as threads (at least 1)"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return dict(os.environ if env is None else env, OMP_NUM_THREADS=str(max(1, cores // max(1, workers))))
+
+def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs") -> list:
+    """Run `minbert_ablate` argument lists `calls` (`plan_commands`: one table and seed each), `workers` processes at a time, each
+    with its share of the cores; each writes to a log in `log_dir`. Returns [(call, log)] of those that failed"""
+    log_dir = Path(log_dir); log_dir.mkdir(parents=True, exist_ok=True)
+    env, todo, running, failed = worker_env(workers), list(calls), {}, []
+    bar = tqdm(total=len(calls), desc=f"minbert_ablate calls ({workers} at a time, {env['OMP_NUM_THREADS']} threads each)", unit="call")
+    while todo or running:
+        while todo and len(running) < workers:
+            c = todo.pop(0)
+            log = log_dir/(f"{c[c.index('--table') + 1]}-seed{c[c.index('--seeds') + 1]}-rows{c[c.index('--rows') + 1]}.log".replace(",", "_"))
+            f = open(log, "w")
+            running[subprocess.Popen([sys.executable, "-m", "minbert_nb.reproduce", *c, "--quiet", *extra], stdout=f,
+                                     stderr=subprocess.STDOUT, env=env)] = (c, log, f)
+        time.sleep(0.5)
+        for p in [p for p in running if p.poll() is not None]:
+            c, log, f = running.pop(p); f.close(); bar.update()
+            if p.returncode: failed.append((c, log))
+    bar.close()
+    return failed
+
+def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
+    "Write `out`'s table.csv, table.md and figures again from the runs finished in its seed folders, training nothing"
+    t, out = TABLES[table_id], Path(out)
+    per = {}
+    for d in sorted(out.glob("seed-*")):
+        if not d.name[5:].isdigit(): continue
+        per[int(d.name[5:])] = {r.name: json.loads(f.read_text()) if (f := row_dir(d, t, r)/"row.json").is_file() else
+                                dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)") for r in t.rows}
+    if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
+    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
 
 # %% ../nbs/16b_reproduce.ipynb #4aff80e7
 @cli

@@ -144,3 +144,9 @@ def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
     assert md.splitlines()[2].startswith("**reproduced** 1 · **contradicted** 1 · **inconclusive** ")
     assert "### 000-T10-annealed: inconclusive (too few seeds)" in md
     assert Path("results/reproduction/figures/003-T2.png").is_file()
+
+def test_reproduce_exports_what_the_command_calls():
+    "minbert_ablate --plan/--reproduce call these from the package (a notebook cell that lost `#| export` still passes nbval)"
+    import minbert_nb.reproduce as R
+    for n in ("claim_rows", "plan_frame", "plan_commands", "write_plan", "worker_env", "run_calls", "table_from_runs"):
+        assert callable(getattr(R, n, None)) and n in R.__all__, n
