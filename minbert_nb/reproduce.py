@@ -12,11 +12,12 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from .core import cli
 from .data import DataError
-from .ablate import SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table, _cfg_key
+from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table, _cfg_key,
+                               has_dev_predictions)
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env', 'run_calls',
+__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env', 'run_calls',
            'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
@@ -35,6 +36,17 @@ def claim_rows(table_id:str) -> set:
             for n in (*c.a, *c.b): add(n)
     return out
 
+def run_order(table_id:str) -> list:
+    """The order a seed's rows of `table_id` run in (row names): the claims' rows first, each ensemble of them right after its
+    members, then the other rows (an ensemble again after its members). An ensemble reads its members' dev predictions, which
+    do not outlive the machine (they are not committed): members and ensemble next to each other leave the least to lose"""
+    t, used, out = TABLES[table_id], claim_rows(table_id), []
+    for r in ([r for r in t.rows if r.ensemble and r.name in used] + [r for r in t.rows if r.name in used]
+              + [r for r in t.rows if r.name not in used]):
+        for n in (*r.ensemble, r.name):
+            if n not in out: out.append(n)
+    return out
+
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
     claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
@@ -51,28 +63,34 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
                                            for c in row_configs(t, r, scale))
             cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
+            member = any(r.name in x.ensemble for x in t.rows)            # an ensemble member is copied only with its predictions
+            preds = tuple(s for s in done if all(has_dev_predictions(x) for x in row_runs(t, r, seed_dir(folder, s), scale)))
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
+                             member=member, preds=preds,
                              key=_cfg_key(cfgs[0]) if len(cfgs) == 1 else None,
                              need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder)))
     df = pd.DataFrame(recs)
-    # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done, or runs it
-    # earlier in the plan's order (plan_commands: table by table, each seed's claims' rows first), one call at a time
-    df["order"] = [(ti, not c, i) for i, (ti, c) in enumerate(zip(pd.factorize(df["table"])[0], df["claim"]))]   # one seed's order
+    # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done (with its dev
+    # predictions, for an ensemble member), or runs it earlier in the plan's order (plan_commands: table by table, each seed's
+    # rows in `run_order`), one call at a time
+    pos = {t: {n: i for i, n in enumerate(run_order(t))} for t in df["table"].unique()}
+    df["order"] = [(ti, pos[t][n]) for ti, t, n in zip(pd.factorize(df["table"])[0], df["table"], df["name"])]   # one seed's order
     twins, copies = [], []
     for i, r in df.iterrows():
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
         twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
-        copies.append(tuple(s for s in r["missing"] if any(s in o["done"] or (s in o["missing"] and o["order"] < r["order"])
-                                                           for _, o in g.iterrows())))
-    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order"])
+        copies.append(tuple(s for s in r["missing"] if any(s in (o["preds"] if r["member"] else o["done"])
+                                                           or (s in o["missing"] and o["order"] < r["order"]) for _, o in g.iterrows())))
+    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order", "member", "preds"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
-    """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, the claims' rows first in
-    it (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes)"""
+    """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
+    (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes)"""
     calls, todo = [], plan[plan["missing"].map(len) > 0]
     for table, g in todo.groupby("table", sort=False):
         for s in sorted({s for m in g["missing"] for s in m}):
-            rows = g[g["missing"].map(lambda m: s in m)].sort_values("claim", ascending=False, kind="stable")
+            pos = {n: i for i, n in enumerate(run_order(table))}
+            rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
             calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
                           "--out", rows["out"].iloc[0]])
     return calls
