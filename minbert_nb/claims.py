@@ -20,7 +20,8 @@ from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _m
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
            'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'scale_caveat',
-           'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'report_markdown', 'write_report']
+           'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'compute_text',
+           'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -297,6 +298,19 @@ def _counted_runs(info:dict) -> tuple:
             runs += fresh; stale += len(row_runs(t, row, rows_of)) - len(fresh)
     return runs, stale
 
+def run_compute(runs) -> dict:
+    """What run folders `runs` cost: how many `trained`, how many `copied` from a twin row's run (`twin_run`, no training), and
+    the `hours` of process wall time the trained ones took (runs made side by side each count their own), by `devices`"""
+    ms = [_json(Path(r)/"metrics.json") for r in runs]
+    trained = [m for m in ms if "copied_from" not in m]
+    return dict(trained=len(trained), copied=len(ms) - len(trained), hours=sum(m.get("wall_time_s") or 0 for m in trained) / 3600,
+                devices=sorted({f"{m['device']} {m['amp']}" for m in trained if "device" in m and "amp" in m}))
+
+def _cost(runs) -> str:
+    c = run_compute(runs)
+    return "".join(f", {b}" for b in ([f"{c['hours']:.1f} h of training (process wall time)"] if c["hours"] else [])
+                   + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else []))
+
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
     scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
@@ -316,7 +330,7 @@ def table_setting(info:dict|None) -> str:
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
                                    "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
-                                   ", ".join(hw), f"{len(runs)} runs" + (f" ({stale} more trained a configuration the registry has since corrected: "
+                                   ", ".join(hw), f"{len(runs)} run{'s' * (len(runs) != 1)}" + _cost(runs) + (f" ({stale} more trained a configuration the registry has since corrected: "
                                                                           "not counted)" if stale else ""))))
 
 def _stale_note(c:Claim, info:dict|None) -> str:
@@ -375,11 +389,17 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
 
 _f = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.4g}"
 
-def report_markdown(df:pd.DataFrame) -> str:
-    "report.md: verdict counts, then per table its figure and each claim with its evidence"
+def compute_text(runs) -> str:
+    "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
+    c = run_compute(runs)
+    return (f"{c['trained']} runs trained in {c['hours']:.1f} h of process wall time ({', '.join(c['devices']) or 'device not recorded'}; "
+            f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run")
+
+def report_markdown(df:pd.DataFrame, compute:str="") -> str:
+    "report.md: verdict counts (and `compute`, what the runs behind them cost), then per table its figure and each claim with its evidence"
     counts = df["verdict"].value_counts()
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
-           + f" (of {len(df)} claims)", "",
+           + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
            f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", ""]
     for t, d in df.groupby("table", sort=False):
@@ -414,7 +434,9 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
     out, df = Path(out), claims_frame(results, root, scale)
     out.mkdir(parents=True, exist_ok=True)
     df[list(CSV_COLUMNS)].to_csv(out/"claims.csv", index=False)
-    (out/"report.md").write_text(report_markdown(df))
+    found = table_folders(results)
+    runs = [r for t in df["table"].unique() if (info := pick_folder(found.get(t, []), scale)) for r in _counted_runs(info)[0]]
+    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else ""))
     for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
