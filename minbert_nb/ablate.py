@@ -692,9 +692,19 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
         if r.name not in records and f.is_file(): records[r.name] = json.loads(f.read_text())
     return records
 
+def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
+    """`run_row`, unless Unix time `until` has passed: then a row not done yet stays not run (no row.json), but an ensemble
+    whose members have all finished still combines them (no training, and their dev predictions may not outlive the machine)"""
+    done = lambda n: (row_dir(out, table, table.row(n))/"row.json").is_file()
+    ready = done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
+    if until is not None and time.time() >= until and not ready:
+        return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")
+    return run_row(table, row, out, *args, **kw)
+
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
-              progress:bool=True, keep_checkpoints:bool=False, seeds=None) -> pd.DataFrame:
-    "Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md and the figures"
+              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None) -> pd.DataFrame:
+    """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
+    and the figures. No row starts after Unix time `until` (the one running finishes; the rest stay not run, to resume later)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate --list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
@@ -706,12 +716,12 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
     dev = default_device(device).type
     for f in ([out] if seeds is None else [seed_dir(out, s) for s in seeds]): _check_device(f, todo, table, dev)
     if seeds is None:
-        records = {r.name: run_row(table, r, out, scale, progress, keep_checkpoints, **over)
+        records = {r.name: _row_or_stop(table, r, out, until, scale, progress, keep_checkpoints, **over)
                    for r in tqdm(todo, desc=f"{table.id} ({scale})", unit="row", disable=not progress)}
         return write_table(table, _done(table, out, records), out, scale)
     per_seed = {}
     for s in seeds:                               # a whole table per seed: an interrupted run leaves whole seeds behind it
-        per_seed[s] = {r.name: run_row(table, r, seed_dir(out, s), scale, progress, keep_checkpoints, seed=s, **over)
+        per_seed[s] = {r.name: _row_or_stop(table, r, seed_dir(out, s), until, scale, progress, keep_checkpoints, seed=s, **over)
                        for r in tqdm(todo, desc=f"{table.id} ({scale}, seed {s})", unit="row", disable=not progress)}
     for d in out.glob("seed-*"):                  # seeds run earlier belong in the table too
         if d.name[5:].lstrip("-").isdigit(): _done(table, d, per_seed.setdefault(int(d.name[5:]), {}))

@@ -109,13 +109,18 @@ def worker_env(workers:int, env=None) -> dict:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return dict(os.environ if env is None else env, OMP_NUM_THREADS=str(max(1, cores // max(1, workers))))
 
-def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs") -> list:
+def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs", until:float|None=None) -> list:
     """Run `minbert_ablate` argument lists `calls` (`plan_commands`: one table and seed each), `workers` processes at a time, each
-    with its share of the cores; each writes to a log in `log_dir`. Returns [(call, log)] of those that failed"""
+    with its share of the cores; each writes to a log in `log_dir`. No call starts after Unix time `until` (and each gets it as
+    `--until`: no row starts after it). Returns [(call, log)] of those that failed"""
     log_dir = Path(log_dir); log_dir.mkdir(parents=True, exist_ok=True)
     env, todo, running, failed = worker_env(workers), list(calls), {}, []
+    if until is not None: extra = [*extra, "--until", str(until)]
     bar = tqdm(total=len(calls), desc=f"minbert_ablate calls ({workers} at a time, {env['OMP_NUM_THREADS']} threads each)", unit="call")
     while todo or running:
+        if todo and until is not None and time.time() >= until:
+            print(f"note: the time given (--hours) is up: {len(todo)} call(s) not started (`minbert_ablate --plan` lists what is left)")
+            todo = []
         while todo and len(running) < workers:
             c = todo.pop(0)
             log = log_dir/(f"{c[c.index('--table') + 1]}-seed{c[c.index('--seeds') + 1]}-rows{c[c.index('--rows') + 1]}.log".replace(",", "_"))
@@ -157,10 +162,16 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                    plan:bool=False,           # no training: the runs the report still needs under --results, and the calls that make them
                    reproduce:bool=False,      # run what --plan lists, the claims' rows first (resumable); then --report
                    workers:int=1,             # with --reproduce: runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)
+                   hours:float=None,          # with --table or --reproduce: start no run after this many hours (those running finish; the rest resumes later)
+                   until:float=None,          # the same as a Unix time (what --reproduce passes to its calls)
                    results:str="results/ablate",       # with --report, --plan, --reproduce: where the tables' run folders are
                    report_out:str="results/reproduction"):  # with --report: where claims.csv, report.md and figures go
     "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
     try:
+        if hours is not None:
+            if until is not None: raise ValueError("give --hours or --until, not both.")
+            if not hours > 0: raise ValueError(f"--hours {hours}: expected a number of hours > 0.")
+            until = time.time() + 3600 * hours
         if list: print(list_tables(table)); return
         if report:
             df = write_report(results, report_out)
@@ -182,11 +193,13 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                       f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again")
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
-            if workers > 1: failed = run_calls(calls, workers, over)
+            if workers > 1: failed = run_calls(calls, workers, over, until=until)
             else:
                 failed = []
-                for c in calls:
-                    try: minbert_ablate(c + over + (["--quiet"] if quiet else []))
+                for i, c in enumerate(calls):
+                    if until is not None and time.time() >= until:
+                        print(f"note: the time given (--hours) is up: {len(calls) - i} call(s) not started (`minbert_ablate --plan` lists what is left)"); break
+                    try: minbert_ablate(c + over + (["--quiet"] if quiet else []) + (["--until", str(until)] if until is not None else []))
                     except SystemExit as e: failed.append((c, str(e)))        # said; the other calls go on
             for c, why in failed: print(f"minbert_ablate: this call failed ({why}): minbert_ablate {' '.join(c)}")
             for table_id in dict.fromkeys(c[c.index("--table") + 1] for c in calls): table_from_runs(table_id, Path(results)/f"{table_id}-{scale}", scale)
@@ -197,7 +210,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
         scale = scale or "quick"
         if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
         out = Path(out or f"runs/ablate-{table}-{scale}")
-        run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds)
+        run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
+                  until=until)
     except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
