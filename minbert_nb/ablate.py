@@ -693,10 +693,13 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
     return records
 
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
-    """`run_row`, unless Unix time `until` has passed: then a row not done yet stays not run (no row.json), but an ensemble
-    whose members have all finished still combines them (no training, and their dev predictions may not outlive the machine)"""
-    done = lambda n: (row_dir(out, table, table.row(n))/"row.json").is_file()
-    ready = done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
+    """`run_row`, unless Unix time `until` has passed: then a row that would train stays not run (no row.json). What trains
+    nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose original is
+    done, an ensemble whose members have all finished (their dev predictions may not outlive the machine)"""
+    def done(n):
+        r = table.row(n)
+        return (row_dir(out, table, r)/"row.json").is_file() or bool(r.same_as and done(r.same_as))
+    ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
     if until is not None and time.time() >= until and not ready:
         return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")
     return run_row(table, row, out, *args, **kw)

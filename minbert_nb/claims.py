@@ -299,17 +299,23 @@ def _counted_runs(info:dict) -> tuple:
     return runs, stale
 
 def run_compute(runs) -> dict:
-    """What run folders `runs` cost: how many `trained`, how many `copied` from a twin row's run (`twin_run`, no training), and
-    the `hours` of process wall time the trained ones took (runs made side by side each count their own), by `devices`"""
+    """What run folders `runs` cost: how many `trained`, how many `copied` from a twin row's run (`twin_run`), how many `other`
+    (ensembles combined from their members' predictions, models scored untrained: no training), and the `hours` of process
+    wall time the trained ones took (runs made side by side each count their own), by `devices`"""
     ms = [_json(Path(r)/"metrics.json") for r in runs]
-    trained = [m for m in ms if "copied_from" not in m]
-    return dict(trained=len(trained), copied=len(ms) - len(trained), hours=sum(m.get("wall_time_s") or 0 for m in trained) / 3600,
+    copied = [m for m in ms if "copied_from" in m]
+    other = [m for m in ms if "copied_from" not in m and ("members" in m or m.get("untrained"))]
+    trained = [m for m in ms if "copied_from" not in m and not ("members" in m or m.get("untrained"))]
+    return dict(trained=len(trained), copied=len(copied), other=len(other), hours=sum(m.get("wall_time_s") or 0 for m in trained) / 3600,
                 devices=sorted({f"{m['device']} {m['amp']}" for m in trained if "device" in m and "amp" in m}))
+
+def _n(k:int, what:str) -> str: return f"{k} {what}{'s' * (k != 1)}"
 
 def _cost(runs) -> str:
     c = run_compute(runs)
     return "".join(f", {b}" for b in ([f"{c['hours']:.1f} h of training (process wall time)"] if c["hours"] else [])
-                   + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else []))
+                   + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else [])
+                   + ([f"{c['other']} not trained (ensembles, untrained scores)"] if c["other"] else []))
 
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
@@ -330,7 +336,7 @@ def table_setting(info:dict|None) -> str:
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
                                    "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
-                                   ", ".join(hw), f"{len(runs)} run{'s' * (len(runs) != 1)}" + _cost(runs) + (f" ({stale} more trained a configuration the registry has since corrected: "
+                                   ", ".join(hw), _n(len(runs), "run") + _cost(runs) + (f" ({stale} more trained a configuration the registry has since corrected: "
                                                                           "not counted)" if stale else ""))))
 
 def _stale_note(c:Claim, info:dict|None) -> str:
@@ -392,8 +398,9 @@ _f = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) el
 def compute_text(runs) -> str:
     "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
     c = run_compute(runs)
-    return (f"{c['trained']} runs trained in {c['hours']:.1f} h of process wall time ({', '.join(c['devices']) or 'device not recorded'}; "
-            f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run")
+    return (f"{_n(c['trained'], 'run')} trained in {c['hours']:.1f} h of process wall time ({', '.join(c['devices']) or 'device not recorded'}; "
+            f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run"
+            + (f", {c['other']} not trained (ensembles of members' predictions, untrained scores)" if c["other"] else ""))
 
 def report_markdown(df:pd.DataFrame, compute:str="") -> str:
     "report.md: verdict counts (and `compute`, what the runs behind them cost), then per table its figure and each claim with its evidence"

@@ -17,8 +17,8 @@ from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_di
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env', 'run_calls',
-           'table_from_runs', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env',
+           'run_calls', 'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -41,10 +41,29 @@ def run_order(table_id:str) -> list:
     members, then the other rows (an ensemble again after its members). An ensemble reads its members' dev predictions, which
     do not outlive the machine (they are not committed): members and ensemble next to each other leave the least to lose"""
     t, used, out = TABLES[table_id], claim_rows(table_id), []
-    for r in ([r for r in t.rows if r.ensemble and r.name in used] + [r for r in t.rows if r.name in used]
-              + [r for r in t.rows if r.name not in used]):
+    def place(r):
         for n in (*r.ensemble, r.name):
             if n not in out: out.append(n)
+        for e in t.rows:                     # ensembles sharing a member follow at once (002-T2's 3-, 4- and 5-ensembles)
+            if e.ensemble and e.name not in out and set(e.ensemble) & set(r.ensemble): place(e)
+    for r in ([r for r in t.rows if r.ensemble and r.name in used] + [r for r in t.rows if r.name in used]
+              + [r for r in t.rows if r.name not in used]):
+        if r.name not in out: place(r)
+    return out
+
+def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> list:
+    """Ensembles that cannot run: (table, row, seed, member folders) where every member has finished but some member's dev
+    predictions are gone (they are not committed): delete those folders and the next `--reproduce` trains them again"""
+    out = []
+    for t in TABLES.values():
+        for r in t.rows:
+            if not r.ensemble: continue
+            for s in seeds:
+                f = seed_dir(Path(results)/f"{t.id}-{scale}", s)
+                if (row_dir(f, t, r)/"row.json").is_file(): continue
+                runs = {m: row_runs(t, t.row(m), f, scale) for m in r.ensemble}
+                if all(runs.values()) and (gone := [m for m, rs in runs.items() if not all(has_dev_predictions(x) for x in rs)]):
+                    out.append((t.id, r.name, s, [str(row_dir(f, t, t.row(m))) for m in gone]))
     return out
 
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
@@ -80,7 +99,7 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
         twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
         copies.append(tuple(s for s in r["missing"] if any(s in (o["preds"] if r["member"] else o["done"])
-                                                           or (s in o["missing"] and o["order"] < r["order"]) for _, o in g.iterrows())))
+                                                           or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"]) for _, o in g.iterrows())))
     return df.assign(twins=twins, copies=copies).drop(columns=["key", "order", "member", "preds"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
@@ -188,6 +207,9 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                   f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run) "
                   f"in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
+            for t_id, name, s, gone in orphaned(results, scale):
+                print(f"note: {t_id} / {name}, seed {s}: its members finished, but the dev predictions of {', '.join(gone)} are gone "
+                      "(they are not committed): delete those folders to train them again")
             for _, r in df[df["stale"].map(len) > 0].iterrows():
                 print(f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: the finished run trained a configuration the "
                       f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again")
