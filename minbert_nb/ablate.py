@@ -542,7 +542,7 @@ def our_value(key:str, m:dict, percent:bool=False):
     return None if x is None else x * (100 if percent else 1)
 
 def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
-    "One line per paper row, in the paper's order: the paper's numbers, ours, backbone, data, scale, wall time, status"
+    "One line per paper row, in the paper's order: the paper's numbers, ours, backbone, data, device (and precision), scale, wall time, status"
     lines = []
     for r in table.rows:
         rec = records.get(r.name) or dict(status="not run", reason="not selected (--rows)")
@@ -551,7 +551,9 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
             line[f"paper {c}"] = r.paper[c]
             line[f"ours {c}"] = our_value(k, rec.get("metrics"), table.percent)
         ok = rec["status"] == "ok"
-        line.update(trainable_M=our_value("params", rec.get("metrics")), backbone=rec.get("backbone", ""), data=rec.get("data", ""), scale=scale,
+        m = rec.get("metrics") or {}
+        line.update(trainable_M=our_value("params", m), backbone=rec.get("backbone", ""), data=rec.get("data", ""),
+                    device=" ".join(str(m[k]) for k in ("device", "amp") if m.get(k)) if ok else "", scale=scale,
                     wall_s=round(rec["wall_s"], 1) if ok else None,
                     status="ok" + (f" ({rec['note']})" if rec.get("note") else "") if ok else f"not run: {rec.get('reason')}")
         lines.append(line)
@@ -572,6 +574,7 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
     for i in range(len(df)):
         first = next((f for f, o in zip(frames, ok.iloc[i]) if o), frames[0])       # backbone, data, note of a seed that ran
         df.loc[i, ["backbone", "data", "status"]] = first.loc[i, ["backbone", "data", "status"]]
+        df.loc[i, "device"] = ", ".join(dict.fromkeys(d for f in frames if (d := f.loc[i, "device"])))   # where each seed ran
         n = df.loc[i, "seeds"]
         if 0 < n < len(frames): df.loc[i, "status"] = f"ok on {n} of {len(frames)} seeds"
     return df
@@ -588,7 +591,7 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
     own_params = "params" not in table.columns.values()      # a table without a parameter column still gets ours
     seeds = "seeds" in df.columns                            # a table over seeds: ours as mean ± sd
     head = ["row", *[f"{w} {c}" for c in cols for w in ("paper", "ours")], *(["trainable (M)"] if own_params else []),
-            "backbone", "data", "scale", *(["seeds"] if seeds else []), "wall time", "status"]
+            "backbone", "data", "device", "scale", *(["seeds"] if seeds else []), "wall time", "status"]
     out = [f"**{table.id}** — {table.caption}", "",
            f"Scale `{scale}`; {table.note}. Paper: {table.split} scores as printed" + (f"; ours from commit {commit}" if commit else "")
            + ("; ours: mean ± standard deviation over the seeds" if seeds else "") + ".", "",
@@ -601,7 +604,7 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
             if seeds and not pd.isna(l[f"sd {c}"]): o += " ± " + _fmt(l[f"sd {c}"], pct, False, params=k == "params")
             cells += [_fmt(l[f"paper {c}"], pct, True), o]
         wall = "" if pd.isna(l["wall_s"]) else f"{l['wall_s']:.0f} s"
-        cells += [*([_fmt(l["trainable_M"], True, False, params=True)] if own_params else []), l["backbone"], l["data"], l["scale"], *([l["seeds"]] if seeds else []), wall, l["status"].replace("|", "\\|")]
+        cells += [*([_fmt(l["trainable_M"], True, False, params=True)] if own_params else []), l["backbone"], l["data"], l.get("device", ""), l["scale"], *([l["seeds"]] if seeds else []), wall, l["status"].replace("|", "\\|")]
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(out) + "\n"
 

@@ -301,13 +301,17 @@ def _counted_runs(info:dict) -> tuple:
 def run_compute(runs) -> dict:
     """What run folders `runs` cost: how many `trained`, how many `copied` from a twin row's run (`twin_run`), how many `other`
     (ensembles combined from their members' predictions, models scored untrained: no training), and the `hours` of process
-    wall time the trained ones took (runs made side by side each count their own), by `devices`"""
+    wall time the trained ones took (runs made side by side each count their own), the `devices` (and precisions) they trained
+    on, and `by_device`: device -> runs and hours"""
     ms = [_json(Path(r)/"metrics.json") for r in runs]
     copied = [m for m in ms if "copied_from" in m]
     other = [m for m in ms if "copied_from" not in m and ("members" in m or m.get("untrained"))]
     trained = [m for m in ms if "copied_from" not in m and not ("members" in m or m.get("untrained"))]
+    hw = lambda m: f"{str(m['device']).split(':')[0]} {m['amp']}" if "device" in m and "amp" in m else "device not recorded"
+    by = {d: dict(runs=sum(hw(m) == d for m in trained), hours=sum(m.get("wall_time_s") or 0 for m in trained if hw(m) == d) / 3600)
+          for d in sorted({hw(m) for m in trained})}
     return dict(trained=len(trained), copied=len(copied), other=len(other), hours=sum(m.get("wall_time_s") or 0 for m in trained) / 3600,
-                devices=sorted({f"{m['device']} {m['amp']}" for m in trained if "device" in m and "amp" in m}))
+                devices=[d for d in by if d != "device not recorded"], by_device=by)
 
 def _n(k:int, what:str) -> str: return f"{k} {what}{'s' * (k != 1)}"
 
@@ -398,7 +402,9 @@ _f = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) el
 def compute_text(runs) -> str:
     "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
     c = run_compute(runs)
-    return (f"{_n(c['trained'], 'run')} trained in {c['hours']:.1f} h of process wall time ({', '.join(c['devices']) or 'device not recorded'}; "
+    where = (f" in {c['hours']:.1f} h of process wall time ({', '.join(c['devices']) or 'device not recorded'}; " if len(c["by_device"]) < 2 else
+             ": " + ", ".join(f"{v['runs']} on {d} in {v['hours']:.1f} h" for d, v in c["by_device"].items()) + " of process wall time (")
+    return (f"{_n(c['trained'], 'run')} trained{where}"
             f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run"
             + (f", {c['other']} not trained (ensembles of members' predictions, untrained scores)" if c["other"] else ""))
 

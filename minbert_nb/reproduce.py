@@ -10,15 +10,15 @@ import json, os, subprocess, sys, time
 import pandas as pd
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import cli
+from .core import cli, default_device
 from .data import DataError
 from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table, _cfg_key,
-                               has_dev_predictions)
+                               has_dev_predictions, run_devices)
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'plan_frame', 'plan_commands', 'write_plan', 'worker_env',
-           'run_calls', 'table_from_runs', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan',
+           'worker_env', 'run_calls', 'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -104,15 +104,24 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
     """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
-    (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes)"""
-    calls, todo = [], plan[plan["missing"].map(len) > 0]
+    (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes). A seed
+    whose finished runs trained on another device than this machine's gets `--device` that device: a claim's rows must not mix
+    devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`)"""
+    calls, todo, here = [], plan[plan["missing"].map(len) > 0], default_device().type
     for table, g in todo.groupby("table", sort=False):
         for s in sorted({s for m in g["missing"] for s in m}):
             pos = {n: i for i, n in enumerate(run_order(table))}
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
+            ran = run_devices(seed_dir(rows["out"].iloc[0], s))
             calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
-                          "--out", rows["out"].iloc[0]])
+                          "--out", rows["out"].iloc[0], *(["--device", sorted(ran)[0]] if ran and here not in ran else [])])
     return calls
+
+def calls_here(calls:list, device:str|None=None) -> tuple:
+    "`calls` split into those this machine (or `device`) can run and those left for another device (their `--device`)"
+    here = default_device(device).type
+    away = [c for c in calls if "--device" in c and c[c.index("--device") + 1] != here]
+    return [c for c in calls if c not in away], away
 
 def write_plan(plan:pd.DataFrame, path) -> Path:
     "`plan` as CSV at `path` (seeds as `0;1;2`), beside the report: the docs page shows what has not run yet"
@@ -213,6 +222,9 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
             for _, r in df[df["stale"].map(len) > 0].iterrows():
                 print(f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: the finished run trained a configuration the "
                       f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again")
+            calls, away = calls_here(calls, device)
+            for c in away: print(f"note: left for a machine with {c[c.index('--device') + 1]} (this seed's finished runs trained there): "
+                                  "minbert_ablate " + " ".join(c))
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
             if workers > 1: failed = run_calls(calls, workers, over, until=until)
