@@ -101,6 +101,9 @@ class PaperTable:
     @property
     def seed(self) -> str: return self.id.split("-")[0]
     def row(self, name:str) -> Row: return next(r for r in self.rows if r.name == name)
+    def is_member(self, name:str) -> bool:
+        "Whether row `name` is a member of one of this table's ensembles (they read its dev predictions)"
+        return any(name in r.ensemble for r in self.rows)
 
 TABLES: dict = {}
 def register(table:PaperTable) -> PaperTable:
@@ -517,7 +520,7 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         why = row_blocker(row, cfgs)
         if why: return dict(rec, status="not run", reason=why)
         dirs = [folder] if len(cfgs) == 1 else [folder/f"part{i + 1}-{'-'.join(TrainConfig(**c).tasks)}" for i, c in enumerate(cfgs)]
-        member = any(row.name in r.ensemble for r in table.rows)     # an ensemble reads its dev predictions: a copy must have them
+        member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
         try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
         except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
         c0 = TrainConfig(**cfgs[0])

@@ -362,14 +362,20 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|Non
         ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
     m, lo, hi = paired_ci(diffs)
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
+    got, todo = (info or {}).get("seeds", {}), {}                      # short of MIN_SEEDS: which rows still lack a run, at which seeds
+    if len(diffs) < MIN_SEEDS and None not in got:
+        for s in sorted(set(range(MIN_SEEDS)) | set(got)):
+            for n in dict.fromkeys(c.a + c.b):
+                if s not in got or row_value(t, t.row(n), got[s], c.metric, info["scale"])[0] is None: todo.setdefault(n, []).append(s)
+    waiting = "; ".join(f"{n} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})" for n, v in todo.items())
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
-                text=c.text, section=c.section, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
+                text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
-    "Every claim's line (CSV_COLUMNS, then text, section, note, differs, setting, sign, scale, folder) from the run folders under `results`"
+    "Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder) from the run folders under `results`"
     found, claims = table_folders(results), claims or CLAIMS
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([evaluate(c, found, root, scale, setting[c.table]) for c in claims.values()])
@@ -424,6 +430,7 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff)}; ours {_f(r.ours_diff)} [{_f(r.ci_low)}, {_f(r.ci_high)}] over {r.seeds} seeds"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
+            if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
             if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
             if r.note: out.append(f"- note: {r.note}")
             if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")

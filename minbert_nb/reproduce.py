@@ -82,7 +82,7 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
                                            for c in row_configs(t, r, scale))
             cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
-            member = any(r.name in x.ensemble for x in t.rows)            # an ensemble member is copied only with its predictions
+            member = t.is_member(r.name)                                  # an ensemble member is copied only with its predictions
             preds = tuple(s for s in done if all(has_dev_predictions(x) for x in row_runs(t, r, seed_dir(folder, s), scale)))
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
                              member=member, preds=preds,
