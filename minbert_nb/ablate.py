@@ -28,9 +28,9 @@ from .ensemble import ensemble_runs
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of',
-           'has_dev_predictions', 'twin_run', 'run_part', 'run_row', 'our_value', 'table_frame', 'seeds_frame',
-           'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table',
-           'write_table', 'list_tables']
+           'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row', 'our_value', 'table_frame',
+           'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds',
+           'run_devices', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -493,6 +493,18 @@ def _merge(parts:list) -> dict:
 def _clean_checkpoints(folder:Path):
     for f in Path(folder).rglob("*.pt"): f.unlink()
 
+def _part_dirs(folder:Path, cfgs:list) -> list:
+    "The run folder of each configuration of a row: the row's own folder, or one per part"
+    return [folder] if len(cfgs) == 1 else [folder/f"part{i + 1}-{'-'.join(TrainConfig(**c).tasks)}" for i, c in enumerate(cfgs)]
+
+def copies_only(table:PaperTable, row:Row, out, scale:str, **overrides) -> bool:
+    "Whether running `row` into `out` now would train nothing: each of its runs is finished, or a finished twin's to copy (`twin_run`)"
+    if row.same_as or row.ensemble or row.untrained or row.eval_tasks or row.needs: return False
+    cfgs = row_configs(table, row, scale, **overrides)
+    if row_blocker(row, cfgs): return False
+    member = table.is_member(row.name)
+    return all((d/"metrics.json").is_file() or twin_run(c, d, member) is not None for c, d in zip(cfgs, _part_dirs(row_dir(out, table, row), cfgs)))
+
 def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=True, keep_checkpoints:bool=False, **overrides) -> dict:
     "Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done)"
     folder = row_dir(out, table, row)
@@ -519,7 +531,7 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         cfgs = row_configs(table, row, scale, **overrides)
         why = row_blocker(row, cfgs)
         if why: return dict(rec, status="not run", reason=why)
-        dirs = [folder] if len(cfgs) == 1 else [folder/f"part{i + 1}-{'-'.join(TrainConfig(**c).tasks)}" for i, c in enumerate(cfgs)]
+        dirs = _part_dirs(folder, cfgs)
         member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
         try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
         except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
@@ -556,7 +568,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
         ok = rec["status"] == "ok"
         m = rec.get("metrics") or {}
         line.update(trainable_M=our_value("params", m), backbone=rec.get("backbone", ""), data=rec.get("data", ""),
-                    device=" ".join(str(m[k]) for k in ("device", "amp") if m.get(k)) if ok else "", scale=scale,
+                    device=" ".join(str(m[k]).split(":")[0] for k in ("device", "amp") if m.get(k)) if ok else "", scale=scale,
                     wall_s=round(rec["wall_s"], 1) if ok else None,
                     status="ok" + (f" ({rec['note']})" if rec.get("note") else "") if ok else f"not run: {rec.get('reason')}")
         lines.append(line)
@@ -596,7 +608,7 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
     head = ["row", *[f"{w} {c}" for c in cols for w in ("paper", "ours")], *(["trainable (M)"] if own_params else []),
             "backbone", "data", "device", "scale", *(["seeds"] if seeds else []), "wall time", "status"]
     out = [f"**{table.id}** — {table.caption}", "",
-           f"Scale `{scale}`; {table.note}. Paper: {table.split} scores as printed" + (f"; ours from commit {commit}" if commit else "")
+           f"Scale `{scale}`; {table.note}. Paper: {table.split} scores as printed" + (f"; this table written at commit {commit} (each run's own commit: its row.json)" if commit else "")
            + ("; ours: mean ± standard deviation over the seeds" if seeds else "") + ".", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, l in df.iterrows():
@@ -701,12 +713,13 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
     """`run_row`, unless Unix time `until` has passed: then a row that would train stays not run (no row.json). What trains
     nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose original is
-    done, an ensemble whose members have all finished (their dev predictions may not outlive the machine)"""
+    done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row whose runs are
+    finished twins' to copy (`copies_only`)"""
     def done(n):
         r = table.row(n)
         return (row_dir(out, table, r)/"row.json").is_file() or bool(r.same_as and done(r.same_as))
     ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
-    if until is not None and time.time() >= until and not ready:
+    if until is not None and time.time() >= until and not ready and not copies_only(table, row, out, *args[:1], **kw):
         return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")
     return run_row(table, row, out, *args, **kw)
 

@@ -15,7 +15,7 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge
+from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge, has_dev_predictions
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
@@ -336,7 +336,7 @@ def table_setting(info:dict|None) -> str:
     steps = sorted({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")}, key=str)
     budget = ", ".join(f"{e} × {s or 'all'} steps of {b}, {n} tokens" for e, s, b, n in steps[:3]) + (", ..." if len(steps) > 3 else "")
     seeds = sorted(info["seeds"], key=str)
-    hw = sorted({f"{m['device']} {m['amp']}" for m in ms if "device" in m and "amp" in m})
+    hw = sorted({f"{str(m['device']).split(':')[0]} {m['amp']}" for m in ms if "device" in m and "amp" in m})
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
                                    "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
@@ -350,6 +350,19 @@ def _stale_note(c:Claim, info:dict|None) -> str:
     return (f"not counted: the runs of {', '.join(dict.fromkeys(old))} trained a configuration the registry has since corrected; "
             "re-run them" if old else "")
 
+def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
+    "What claim `c` still waits for, short of MIN_SEEDS paired seeds: each row without a run and at which seeds (`got`: seed -> folder)"
+    if None in got: return f"every row at seeds 0, 1, 2: this folder holds one run per row (run the table with --seeds 0,1,2)"
+    todo = {}
+    for s in sorted(set(range(MIN_SEEDS)) | set(got)):
+        for n in dict.fromkeys(c.a + c.b):
+            if s not in got or row_value(t, t.row(n), got[s], c.metric, scale)[0] is None: todo.setdefault(n, []).append(s)
+    out = "; ".join(f"{n} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})" for n, v in todo.items())
+    lost = [n for n, ss in todo.items() if (r := t.row(n)).ensemble and any(   # an ensemble some of whose finished members lost their predictions
+            rs and not all(has_dev_predictions(x) for x in rs) for s in ss if s in got for m in r.ensemble for rs in [row_runs(t, t.row(m), got[s], scale)])]
+    return out + (f"; first, the finished members of {', '.join(lost)} that lost their dev predictions train again (`minbert_ablate --plan` "
+                  "names them)" if lost else "")
+
 def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already"""
@@ -362,12 +375,7 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|Non
         ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
     m, lo, hi = paired_ci(diffs)
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
-    got, todo = (info or {}).get("seeds", {}), {}                      # short of MIN_SEEDS: which rows still lack a run, at which seeds
-    if len(diffs) < MIN_SEEDS and None not in got:
-        for s in sorted(set(range(MIN_SEEDS)) | set(got)):
-            for n in dict.fromkeys(c.a + c.b):
-                if s not in got or row_value(t, t.row(n), got[s], c.metric, info["scale"])[0] is None: todo.setdefault(n, []).append(s)
-    waiting = "; ".join(f"{n} (seed{'s' * (len(v) > 1)} {', '.join(map(str, v))})" for n, v in todo.items())
+    waiting = _waiting(c, t, (info or {}).get("seeds", {}), (info or {}).get("scale")) if len(diffs) < MIN_SEEDS else ""
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),

@@ -8,6 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 from __future__ import annotations
 import json, os, subprocess, sys, time
 import pandas as pd
+import torch
 from pathlib import Path
 from tqdm.auto import tqdm
 from .core import cli, default_device
@@ -17,8 +18,8 @@ from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_di
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan',
-           'worker_env', 'run_calls', 'table_from_runs', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'here_device', 'seed_device', 'plan_frame', 'plan_commands',
+           'calls_here', 'write_plan', 'worker_env', 'run_calls', 'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
@@ -52,8 +53,8 @@ def run_order(table_id:str) -> list:
     return out
 
 def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> list:
-    """Ensembles that cannot run: (table, row, seed, member folders) where every member has finished but some member's dev
-    predictions are gone (they are not committed): delete those folders and the next `--reproduce` trains them again"""
+    """Ensembles that cannot run: (table, row, seed, member folders) where members have finished whose dev predictions are
+    gone (they are not committed), whether or not the others have: delete those folders and the next `--reproduce` trains them again"""
     out = []
     for t in TABLES.values():
         for r in t.rows:
@@ -62,15 +63,25 @@ def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) 
                 f = seed_dir(Path(results)/f"{t.id}-{scale}", s)
                 if (row_dir(f, t, r)/"row.json").is_file(): continue
                 runs = {m: row_runs(t, t.row(m), f, scale) for m in r.ensemble}
-                if all(runs.values()) and (gone := [m for m, rs in runs.items() if not all(has_dev_predictions(x) for x in rs)]):
+                if gone := [m for m, rs in runs.items() if rs and not all(has_dev_predictions(x) for x in rs)]:
                     out.append((t.id, r.name, s, [str(row_dir(f, t, t.row(m))) for m in gone]))
     return out
 
-def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> pd.DataFrame:
+def here_device(device:str|None=None) -> str:
+    "The device type calls run on: `device`'s (not checked: a plan may be written for another machine), else this machine's best"
+    return torch.device(device).type if device else default_device().type
+
+def seed_device(folder, seed, device:str|None=None) -> str:
+    "The device a seed of a table folder trains on: its finished runs' (a claim's rows must not mix devices), else `here_device`"
+    ran = run_devices(seed_dir(folder, seed))
+    return sorted(ran)[0] if ran else here_device(device)
+
+def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2), device:str|None=None) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
     claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
     whose finished run trained a configuration the registry has since changed: delete it to train again), the rows of the same configuration
-    (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`)"""
+    (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`: a twin's run
+    on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet)"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
         folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
@@ -87,7 +98,8 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
                              member=member, preds=preds,
                              key=_cfg_key(cfgs[0]) if len(cfgs) == 1 else None,
-                             need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder)))
+                             need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder),
+                             dev={s: seed_device(folder, s, device) for s in need}))
     df = pd.DataFrame(recs)
     # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done (with its dev
     # predictions, for an ensemble member), or runs it earlier in the plan's order (plan_commands: table by table, each seed's
@@ -98,16 +110,17 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     for i, r in df.iterrows():
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
         twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
-        copies.append(tuple(s for s in r["missing"] if any(s in (o["preds"] if r["member"] else o["done"])
-                                                           or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"]) for _, o in g.iterrows())))
-    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order", "member", "preds"])
+        copies.append(tuple(s for s in r["missing"] if any(o["dev"].get(s) == r["dev"][s] and (s in (o["preds"] if r["member"] else o["done"])
+                                                           or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in g.iterrows())))
+    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order", "member", "preds", "dev"])
 
-def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
+def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=None) -> list:
     """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
     (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes). A seed
     whose finished runs trained on another device than this machine's gets `--device` that device: a claim's rows must not mix
-    devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`)"""
-    calls, todo, here = [], plan[plan["missing"].map(len) > 0], default_device().type
+    devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`); `device`:
+    the one the calls will train on (default: this machine's best)"""
+    calls, todo, here = [], plan[plan["missing"].map(len) > 0], here_device(device)
     for table, g in todo.groupby("table", sort=False):
         for s in sorted({s for m in g["missing"] for s in m}):
             pos = {n: i for i, n in enumerate(run_order(table))}
@@ -119,7 +132,7 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE) -> list:
 
 def calls_here(calls:list, device:str|None=None) -> tuple:
     "`calls` split into those this machine (or `device`) can run and those left for another device (their `--device`)"
-    here = default_device(device).type
+    here = here_device(device)
     away = [c for c in calls if "--device" in c and c[c.index("--device") + 1] != here]
     return [c for c in calls if c not in away], away
 
@@ -210,15 +223,15 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                                                           "embedded backbone: drop --backbone, --table and --out, or run one table with --table.")
             scale = scale or REPORT_SCALE
             if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
-            df = plan_frame(results, scale); calls = plan_commands(df, scale)
+            df = plan_frame(results, scale, device=device); calls = plan_commands(df, scale, device)
             left = df["missing"].map(len)
             print(f"{int(left.sum())} runs left at scale {scale} ({int(left[df.claim].sum())} for claims' rows, "
                   f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run) "
                   f"in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
             for t_id, name, s, gone in orphaned(results, scale):
-                print(f"note: {t_id} / {name}, seed {s}: its members finished, but the dev predictions of {', '.join(gone)} are gone "
-                      "(they are not committed): delete those folders to train them again")
+                print(f"note: {t_id} / {name}, seed {s}: the dev predictions of its finished members {', '.join(gone)} are gone "
+                      "(they are not committed; the ensemble reads them): delete those folders to train them again")
             for _, r in df[df["stale"].map(len) > 0].iterrows():
                 print(f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: the finished run trained a configuration the "
                       f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again")

@@ -52,4 +52,8 @@ def test_run_and_land(pack, tmp_path, capsys):
     other = tmp_path / "other" / "ablate"; f = other / "000-T10-tiny" / "seed-0" / "rows" / "05-x"; f.mkdir(parents=True)
     (f / "metrics.json").write_text(json.dumps(dict(device="cuda:0")))
     with pytest.raises(SystemExit, match="must not mix devices"): g.land(out / "gpu-runs.tar.gz", other)
+    assert [p.name for p in (other / "000-T10-tiny" / "seed-0" / "rows").iterdir()] == ["05-x"]          # nothing landed, not half
+    busy = tmp_path / "busy" / "ablate"; (busy / "000-T10-tiny" / "seed-0" / "rows" / "01-Round_Robin").mkdir(parents=True)   # a run under way here
+    assert [p.name for p in g.land(out / "gpu-runs.tar.gz", busy)] == ["02-Proportional"]                # left alone, the other lands
+    assert list((busy / "000-T10-tiny" / "seed-0" / "rows" / "01-Round_Robin").iterdir()) == []
     with pytest.raises(SystemExit, match="expected TABLE:SEED:ROWS"): run(["000-T10:1"])

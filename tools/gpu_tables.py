@@ -80,7 +80,7 @@ def _smi(dest:Path, stop:threading.Event):
 def run(a):
     t0 = time.time(); until, hard = t0 + 60 * a.minutes, t0 + 60 * a.hard_minutes
     out, results, pack = Path(a.out), Path(a.results), Path(a.pack)
-    logs = results.parent/"logs"
+    logs, stamp = results.parent/"logs", time.strftime("%H%M%S")     # a second run on a warm machine keeps the first one's logs
     for d in (out, results, logs): d.mkdir(parents=True, exist_ok=True)
     from pack_gpu import unpack
     site, data = unpack(pack)
@@ -103,7 +103,7 @@ def run(a):
     def chain(cs):
         for table, seed, rows in cs:
             if time.time() >= until: break
-            log = logs/f"{table}-seed{seed}-rows{rows.replace(',', '_')}.log"
+            log = logs/f"{stamp}-{table}-seed{seed}-rows{rows.replace(',', '_')}.log"
             cmd = [sys.executable, "-m", "minbert_nb.reproduce", "--table", table, "--scale", a.scale, "--seeds", seed, "--rows", rows,
                    "--out", str(results/f"{table}-{a.scale}"), "--device", a.device, "--quiet", "--until", str(until)]
             rec = dict(table=table, seed=int(seed), rows=rows, start_s=round(time.time() - t0, 1))
@@ -149,26 +149,33 @@ def run(a):
 
 def land(archive:Path, results:Path, predictions:Path|None=None, tables_again:bool=True) -> list:
     """The rows of `archive` (`run`'s gpu-runs.tar.gz) that `results` lacks, copied in (with their dev predictions from
-    `predictions`, if given); a seed folder whose runs here trained on another device is refused whole. Returns the new row folders"""
+    `predictions`, if given). Every seed is checked before anything is copied: one whose runs here trained on another device
+    refuses the whole archive. A row folder here without row.json (a run under way, or one that stopped) is left alone, and
+    said. Returns the new row folders"""
     from minbert_nb.ablate import run_devices
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for arc in [archive, *([predictions] if predictions else [])]:
             with tarfile.open(arc) as t: t.extractall(tmp, **_safe)
-        new, touched = [], set()
+        todo = []                                                     # (table folder there, seed folder there, its new rows)
         for table in sorted(d for d in tmp.iterdir() if (d/"ablate.json").is_file()):
             here = results/table.name
-            for seed in sorted(d for d in table.iterdir() if d.name.startswith("seed-")):
+            for seed in sorted(d for d in table.iterdir() if d.name.startswith("seed-") and (d/"rows").is_dir()):
                 rows = [r for r in sorted((seed/"rows").iterdir()) if (r/"row.json").is_file() and not (here/seed.name/"rows"/r.name/"row.json").is_file()]
                 if not rows: continue
                 theirs, ours = run_devices(seed), run_devices(here/seed.name)
                 if ours and ours != theirs:
                     sys.exit(f"gpu_tables land: {here/seed.name} holds runs trained on {', '.join(sorted(ours))}, the archive's on "
-                             f"{', '.join(sorted(theirs))}: a claim's rows must not mix devices within a seed; nothing landed from {table.name}/{seed.name}.")
-                for r in rows:
-                    dest = here/seed.name/"rows"/r.name
-                    if dest.exists(): shutil.rmtree(dest)             # a start that never finished here
-                    dest.parent.mkdir(parents=True, exist_ok=True); shutil.copytree(r, dest); new.append(dest); touched.add(table.name)
+                             f"{', '.join(sorted(theirs))}: a claim's rows must not mix devices within a seed; nothing landed.")
+                todo.append((table, seed, rows))
+        new, touched = [], set()
+        for table, seed, rows in todo:
+            here = results/table.name
+            for r in rows:
+                dest = here/seed.name/"rows"/r.name
+                if dest.exists():
+                    print(f"note: {dest} holds a run without row.json here (under way, or stopped): left alone; delete it to land the archive's"); continue
+                dest.parent.mkdir(parents=True, exist_ok=True); shutil.copytree(r, dest); new.append(dest); touched.add(table.name)
             if table.name in touched and not (here/"ablate.json").is_file(): shutil.copy2(table/"ablate.json", here/"ablate.json")
     if tables_again and touched:
         from minbert_nb.reproduce import table_from_runs
