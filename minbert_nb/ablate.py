@@ -28,9 +28,9 @@ from .ensemble import ensemble_runs
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of',
-           'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row', 'our_value', 'table_frame',
-           'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds',
-           'run_devices', 'run_table', 'write_table', 'list_tables']
+           'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row', 'our_value', 'device_type',
+           'hw_label', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
+           'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -556,6 +556,14 @@ def our_value(key:str, m:dict, percent:bool=False):
     else: x = m.get(key)
     return None if x is None else x * (100 if percent else 1)
 
+def device_type(m:dict) -> str:
+    "The device type ('cpu', 'cuda', 'mps') a run's metrics.json records ('' when none): cuda, not cuda:0"
+    return str(m.get("device") or "").split(":")[0]
+
+def hw_label(m:dict) -> str:
+    "A run's device type and precision from its metrics.json, e.g. 'cuda bfloat16' ('' when neither is recorded)"
+    return " ".join(x for x in (device_type(m), str(m.get("amp") or "")) if x)
+
 def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
     "One line per paper row, in the paper's order: the paper's numbers, ours, backbone, data, device (and precision), scale, wall time, status"
     lines = []
@@ -568,7 +576,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
         ok = rec["status"] == "ok"
         m = rec.get("metrics") or {}
         line.update(trainable_M=our_value("params", m), backbone=rec.get("backbone", ""), data=rec.get("data", ""),
-                    device=" ".join(str(m[k]).split(":")[0] for k in ("device", "amp") if m.get(k)) if ok else "", scale=scale,
+                    device=hw_label(m) if ok else "", scale=scale,
                     wall_s=round(rec["wall_s"], 1) if ok else None,
                     status="ok" + (f" ({rec['note']})" if rec.get("note") else "") if ok else f"not run: {rec.get('reason')}")
         lines.append(line)
@@ -694,7 +702,7 @@ def parse_seeds(seeds) -> list|None:
 
 def run_devices(folder) -> set:
     "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
-    return {str(m["device"]).split(":")[0] for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
+    return {device_type(m) for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
 
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     "Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed"

@@ -15,7 +15,7 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge, has_dev_predictions
+from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge, has_dev_predictions, hw_label
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
@@ -307,7 +307,7 @@ def run_compute(runs) -> dict:
     copied = [m for m in ms if "copied_from" in m]
     other = [m for m in ms if "copied_from" not in m and ("members" in m or m.get("untrained"))]
     trained = [m for m in ms if "copied_from" not in m and not ("members" in m or m.get("untrained"))]
-    hw = lambda m: f"{str(m['device']).split(':')[0]} {m['amp']}" if "device" in m and "amp" in m else "device not recorded"
+    hw = lambda m: hw_label(m) if "device" in m and "amp" in m else "device not recorded"
     by = {d: dict(runs=sum(hw(m) == d for m in trained), hours=sum(m.get("wall_time_s") or 0 for m in trained if hw(m) == d) / 3600)
           for d in sorted({hw(m) for m in trained})}
     return dict(trained=len(trained), copied=len(copied), other=len(other), hours=sum(m.get("wall_time_s") or 0 for m in trained) / 3600,
@@ -336,7 +336,7 @@ def table_setting(info:dict|None) -> str:
     steps = sorted({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")}, key=str)
     budget = ", ".join(f"{e} × {s or 'all'} steps of {b}, {n} tokens" for e, s, b, n in steps[:3]) + (", ..." if len(steps) > 3 else "")
     seeds = sorted(info["seeds"], key=str)
-    hw = sorted({f"{str(m['device']).split(':')[0]} {m['amp']}" for m in ms if "device" in m and "amp" in m})
+    hw = sorted({hw_label(m) for m in ms if "device" in m and "amp" in m})
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
                                    "seeds " + (", ".join(map(str, seeds)) if seeds != [None] else "one (each row's own)"),
