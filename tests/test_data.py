@@ -335,7 +335,7 @@ def test_download_unreachable(tmp_path):
 def _cli(script, args, env=None):
     "Run `minbert_data` the way its console-script wrapper does"
     return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=60)
+                          env={**os.environ, **(env or {})}, timeout=600)
 
 def test_cli(tmp_path, server):
     script = tmp_path/"minbert_data_script.py"
