@@ -19,11 +19,14 @@ def _args(out, data):
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
+# Subprocess timeouts guard against hangs only: a loaded 2-core machine can take minutes for a tiny run
+TIMEOUT = 600
+
 def _cli(args, **kw):
     return subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, **kw)
 
-def _wait_for_checkpoint(run, proc, min_step, timeout=600):
+def _wait_for_checkpoint(run, proc, min_step, timeout=TIMEOUT):
     "Poll last.pt until it holds at least `min_step` optimizer steps (it is written atomically, so reading is safe)"
     t = time.time()
     while time.time() - t < timeout:
@@ -46,7 +49,7 @@ MORE_DATA = ["--sst_phrases", "true", "--phrase_min_tokens", "3", "--phrases_per
              "--pair_modes", '{"para": "cross", "sts": "both"}', "--pair_swap", "true", "--ema", "0.99"]
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
-    ref = _cli(_args(tmp_path / "ref", small_data) + MORE_DATA); out, _ = ref.communicate(timeout=600)
+    ref = _cli(_args(tmp_path / "ref", small_data) + MORE_DATA); out, _ = ref.communicate(timeout=TIMEOUT)
     assert ref.returncode == 0, out
     run = tmp_path / "killed"
     p = _cli(_args(run, small_data) + MORE_DATA)
@@ -54,7 +57,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
     assert st["epoch"] == 1 and 0 < st["i"] < 10, st          # killed mid-epoch
-    r = _cli(["--resume", str(run)]); out, _ = r.communicate(timeout=600)
+    r = _cli(["--resume", str(run)]); out, _ = r.communicate(timeout=TIMEOUT)
     assert r.returncode == 0, out
     assert "resuming" in out
     for f in ("last.pt", "best.pt"):
@@ -73,7 +76,7 @@ def test_stop_signal_saves_and_exits_zero_with_resume_hint(tmp_path, small_data,
     p = _cli(_args(run, small_data))
     _wait_for_checkpoint(run, p, min_step=2)
     p.send_signal(sig)
-    out, _ = p.communicate(timeout=600)
+    out, _ = p.communicate(timeout=TIMEOUT)
     assert p.returncode == 0, out
     assert f"minbert_train --resume {run}" in out
     st = load_checkpoint(run / "last.pt")["progress"]
@@ -104,9 +107,9 @@ def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
 def test_resume_refuses_another_config(tmp_path, small_data):
     run = tmp_path / "r"
     p = _cli(_args(run, small_data)); _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
-    r = _cli(["--resume", str(run), "--pooling", "cls", "--lr_backbone", "1e-3"]); out, _ = r.communicate(timeout=600)
+    r = _cli(["--resume", str(run), "--pooling", "cls", "--lr_backbone", "1e-3"]); out, _ = r.communicate(timeout=TIMEOUT)
     assert r.returncode != 0 and "different config" in out and "pooling: checkpoint 'mean', now 'cls'" in out and "lr_backbone" in out
-    r = _cli(_args(run, small_data)); out, _ = r.communicate(timeout=600)     # a new run into a used folder
+    r = _cli(_args(run, small_data)); out, _ = r.communicate(timeout=TIMEOUT)     # a new run into a used folder
     assert r.returncode != 0 and f"--resume {run}" in out
 
 def test_resume_needs_a_run_folder(tmp_path, capsys):
@@ -150,9 +153,9 @@ def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data):
     f = d / "cs224n" / "ids-sst-train.csv"
     lines = f.read_text().splitlines(keepends=True); lines.insert(3, "99\tbadid\tA broken row .\tfive\n"); f.write_text("".join(lines))
     args = _args(tmp_path / "a", d) + ["--epochs", "1", "--steps_per_epoch", "2"]
-    r = _cli(args); out, _ = r.communicate(timeout=600)
+    r = _cli(args); out, _ = r.communicate(timeout=TIMEOUT)
     assert r.returncode != 0 and "ids-sst-train.csv:4: label 'five' is not a number" in out and "--skip-bad-rows" in out
-    r = _cli(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"]); out, _ = r.communicate(timeout=600)
+    r = _cli(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"]); out, _ = r.communicate(timeout=TIMEOUT)
     assert r.returncode == 0, out
     assert "skipped 1 bad data row" in out
     m = json.loads((tmp_path / "b" / "metrics.json").read_text())
