@@ -233,11 +233,15 @@ _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_ta
 
 def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
     """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry was fixed
-    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets"""
+    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets (an
+    ensemble's: other members or other combining methods)"""
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
     saved = norm(_json(f))
+    if row.ensemble:   # an ensemble's config.json names its members (in order: votes' ties go to the earliest) and methods
+        want = [row_dir(".", table, table.row(m)).name for m in row.ensemble]
+        return [Path(m).name for m in saved.get("members", ())] != want or saved.get("methods") != norm(row.ensemble_methods)
     def agrees(w):
         want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
         return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW)
