@@ -505,6 +505,11 @@ def copies_only(table:PaperTable, row:Row, out, scale:str, **overrides) -> bool:
     member = table.is_member(row.name)
     return all((d/"metrics.json").is_file() or twin_run(c, d, member) is not None for c, d in zip(cfgs, _part_dirs(row_dir(out, table, row), cfgs)))
 
+def _same_as(row:Row, rec:dict, other:dict) -> dict:
+    "The record `rec` of a `same_as` row, completed from `other`, the finished record of the row it is built exactly like: its run"
+    return dict(rec, **{k: other[k] for k in ("metrics", "backbone", "data")}, status="ok", wall_s=0.0, runs=other["runs"],
+                note=f"same run as {row.same_as}: {row.note}".rstrip(": "))
+
 def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=True, keep_checkpoints:bool=False, **overrides) -> dict:
     "Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done)"
     folder = row_dir(out, table, row)
@@ -513,8 +518,7 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
     if row.same_as:                                   # minbert_nb builds this row exactly like another one: reuse that run
         other = run_row(table, table.row(row.same_as), out, scale, progress, keep_checkpoints, **overrides)
         if other["status"] != "ok": return dict(rec, status="not run", reason=f"as {row.same_as}: {other.get('reason')}")
-        rec.update({k: other[k] for k in ("metrics", "backbone", "data")}, status="ok", wall_s=0.0, runs=other["runs"],
-                   note=f"same run as {row.same_as}: {row.note}".rstrip(": "))
+        rec = _same_as(row, rec, other)
     elif row.ensemble:                                # combine the member rows' runs (15_ensemble)
         members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
         lacking = [m["row"] for m in members if m["status"] != "ok"]
@@ -525,6 +529,8 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         t0, dirs = time.time(), [m["runs"][0] for m in members]
         em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
         metrics = _merge([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
+        for k in ("device", "amp"):                   # where its members ran, when they agree: the table's device column
+            if len(v := {m["metrics"].get(k) for m in members}) == 1 and None not in v: metrics[k] = v.pop()
         rec.update(metrics=metrics, status="ok", wall_s=time.time() - t0, runs=[str(folder/"ensemble")],
                    backbone=members[0]["backbone"], data=members[0]["data"])
     else:
@@ -716,6 +722,9 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too
         f = row_dir(out, table, r)/"row.json"
         if r.name not in records and f.is_file(): records[r.name] = json.loads(f.read_text())
+    for r in table.rows:                          # a row built exactly like a finished one shows its run (no row.json: nothing ran)
+        if r.same_as and r.name not in records and (o := records.get(r.same_as)) and o["status"] == "ok":
+            records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
     return records
 
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:

@@ -67,6 +67,7 @@ def test_figures_and_frontier_from_a_tiny_run(tmp_path):
     members = [run.loc[n, "ours Trainable Param (M)"] for n in A.TABLES["000-T4"].row("Ensemble x3").ensemble]
     assert abs(run.loc["Ensemble x3", "ours Trainable Param (M)"] - sum(members)) < 1e-6
     assert run.loc["Finetune / Sentence-BERT / PAL", "ours Trainable Param (M)"] > run.loc["Finetune / Sentence-BERT / -", "ours Trainable Param (M)"]
+    assert run.loc["Ensemble x3", "device"] == run.loc["Finetune / Sentence-BERT / -", "device"] != ""   # where its members ran
     for f in ("figures/table.png", "figures/frontier.png"):
         p = out/f
         assert p.is_file() and p.stat().st_size > 10_000, f
@@ -85,6 +86,14 @@ def test_rows_that_cannot_run_are_marked_with_the_reason(tmp_path):
     assert df.loc[8, "status"].startswith("not run: the best of a sweep")
     assert df.loc[9, "status"].startswith("not run: 'layer changes'")
     assert df.loc[0, "status"] == "not run: not selected (--rows)" and len(df) == 11
+
+def test_a_copy_row_shows_the_run_of_its_original(tmp_path):
+    "003-T2's R7 and R11 are built exactly like R4 (`same_as`): a call that selects R4 alone shows its run on their lines too"
+    df = A.run_table("003-T2", tmp_path/"t", "tiny", rows=[4], data_dir=str(SAMPLE), progress=False).set_index("row")
+    for r in ("R7", "R11"):
+        assert df.loc[r, "status"].startswith("ok (same run as R4"), df.loc[r, "status"]
+        assert df.loc[r, "ours SST Dev"] == df.loc["R4", "ours SST Dev"] and df.loc[r, "wall_s"] == 0
+    assert df.loc["R1", "status"] == "not run: not selected (--rows)" and not (tmp_path/"t"/"rows"/"07-R7").exists()
 
 def test_offline_backbone_is_marked(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
