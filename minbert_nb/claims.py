@@ -125,11 +125,12 @@ claim("002-T2-ensemble", "The 3-model ensemble beats its best member", "002-T2",
 # %% ../nbs/16a_claims.ipynb #b0cf290f
 claim("003-T2-finetune", "Fine-tuning beats pretraining (frozen BERT) on average", "003-T2", "4.5 Results", "avg", "R2", "R1", +1)
 claim("003-T2-cosine-sts", "Cosine-similarity fine-tuning improves STS", "003-T2", "5.2 Cosine similarity", "sts_corr", "R4", "R2", +1)
-claim("003-T2-pretrain-para", "Additional pretraining on Quora improves paraphrase accuracy", "003-T2", "5.3 Additional pretraining", "para_acc", "R5", "R4", +1)
+claim("003-T2-pretrain-para", "Additional pretraining on Quora improves paraphrase accuracy", "003-T2", "5.3 Additional pretraining", "para_acc", "R5", "R4", +1,
+      note="as in the paper, the Quora epoch comes before and on top of R4's budget: more training as well as an order")
 claim("003-T2-smart", "SMART regularisation (lambda 5) lowers the average", "003-T2", "4.5 Results", "avg", "R6", "R4", -1,
       note="the paper's R6 has SST 0.253, exactly the share of class 3 in SST dev (0.253): that run's SST head predicted one class")
 claim("003-T2-pcgrad", "Gradient surgery (PCGrad) does not raise the average", "003-T2", "4.5 Results", "avg", "R8", "R4", -1,
-      note="0.009 in the paper; our PCGrad row also samples simultaneously")
+      note="0.009 in the paper; our PCGrad row also samples simultaneously: each step takes a batch of every task, so it runs a third of R4's steps (the same examples seen)")
 claim("004-T2-concat-sts", "A cross-encoder (concatenated pair) is far better on STS than cosine similarity of separate embeddings", "004-T2",
       "5.4.1 Model Comparison", "sts_corr", "Concat", "Cos-Sim", +1)
 claim("004-T2-cos-baseline", "Cosine similarity beats the baseline", "004-T2", "5.4.1 Model Comparison", "overall", "Cos-Sim", "Baseline", +1)
