@@ -333,7 +333,7 @@ def table_setting(info:dict|None) -> str:
     runs, stale = _counted_runs(info) if info else ([], 0)
     if not runs: return f"no run counted: the folder's {stale} finished runs trained a configuration the registry has since corrected" if stale else ""
     ms = [_json(r/"metrics.json") for r in runs]
-    cs = [_json(r/"config.json") for r in runs if (r/"config.json").is_file()]
+    cs = [c for r in runs if (r/"config.json").is_file() and "members" not in (c := _json(r/"config.json"))]   # an ensemble's: no budget
     span = lambda vs: f"{min(vs):,}" if min(vs) == max(vs) else f"{min(vs):,}-{max(vs):,}"
     rows = {}
     for m in ms:
