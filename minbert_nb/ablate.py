@@ -27,7 +27,7 @@ from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
-           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_blocker', 'sample_dir_of',
+           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_record', 'row_blocker', 'sample_dir_of',
            'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row', 'our_value', 'device_type',
            'hw_label', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
            'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
@@ -43,7 +43,8 @@ SCALES = {
                   predict_test=False, warmup=0.1, lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
     # every row past its first steep learning phase (the learning curves below): 720 steps of 32 (23,040 examples) as 3 epochs
     # (annealing and the rows about epochs need several), on the whole training sets (no cap that would erase the tasks'
-    # sizes), full dev sets; about 8 minutes a row on 2 CPU cores, most of it the three dev passes over Quora's 20,214 pairs
+    # sizes), full dev sets; on CPU a median of 15 minutes a row (6.5-49) over the report's 95 trained CPU runs, at one thread
+    # each and two at a time on 2 cores, SMART rows 42-49; most of it the three dev passes over Quora's 20,214 pairs
     "short": dict(epochs=3, steps_per_epoch=240, batch_size=32, max_length=64, train_limit=None, dev_limit=None, bucket=True,
                   predict_test=False, warmup=0.1, lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
     # the papers' own epochs and batch sizes (meant for a GPU; give --backbone bert-base-uncased for their backbone)
@@ -371,6 +372,15 @@ def row_dir(out, table:PaperTable, row:Row) -> Path:
     "The folder of `row` inside the table's output folder `out`"
     return Path(out)/"rows"/f"{table.rows.index(row) + 1:02d}-{slug(row.name)}"
 
+def row_record(out, table:PaperTable, row:Row) -> dict|None:
+    "The record of `row` finished in the table folder `out` (its `row.json`); None while the row has not finished"
+    f = row_dir(out, table, row)/"row.json"
+    if not f.is_file(): return None
+    try: return json.loads(f.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{f}, line {e.lineno}: not valid JSON ({e.msg}); expected the record `minbert_ablate` writes when a row "
+                         "finishes. Delete that file (the row's runs are kept) and run the row again to write it anew.") from None
+
 def row_blocker(row:Row, cfgs:list) -> str|None:
     "Why `row` cannot run here (None: it can)"
     if row.needs: return row.needs
@@ -513,7 +523,7 @@ def _same_as(row:Row, rec:dict, other:dict) -> dict:
 def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=True, keep_checkpoints:bool=False, **overrides) -> dict:
     "Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done)"
     folder = row_dir(out, table, row)
-    if (folder/"row.json").is_file(): return json.loads((folder/"row.json").read_text())
+    if (done := row_record(out, table, row)) is not None: return done
     rec = dict(table=table.id, row=row.name, scale=scale, note=row.note, folder=str(folder))
     if row.same_as:                                   # minbert_nb builds this row exactly like another one: reuse that run
         other = run_row(table, table.row(row.same_as), out, scale, progress, keep_checkpoints, **overrides)
@@ -712,7 +722,7 @@ def run_devices(folder) -> set:
 
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     "Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed"
-    if all((row_dir(folder, table, r)/"row.json").is_file() for r in todo): return     # nothing left to train here
+    if all(row_record(folder, table, r) is not None for r in todo): return     # nothing left to train here
     other = run_devices(folder) - {device}
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
                                "a claim compares must not mix devices within a seed: give another --out for this device (with --reproduce: "
@@ -720,8 +730,7 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
 
 def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too
-        f = row_dir(out, table, r)/"row.json"
-        if r.name not in records and f.is_file(): records[r.name] = json.loads(f.read_text())
+        if r.name not in records and (rec := row_record(out, table, r)) is not None: records[r.name] = rec
     for r in table.rows:                          # a row built exactly like a finished one shows its run (no row.json: nothing ran)
         if r.same_as and r.name not in records and (o := records.get(r.same_as)) and o["status"] == "ok":
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
@@ -734,7 +743,7 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
     finished twins' to copy (`copies_only`)"""
     def done(n):
         r = table.row(n)
-        return (row_dir(out, table, r)/"row.json").is_file() or bool(r.same_as and done(r.same_as))
+        return row_record(out, table, r) is not None or bool(r.same_as and done(r.same_as))
     ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
     if until is not None and time.time() >= until and not ready and not copies_only(table, row, out, *args[:1], **kw):
         return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")

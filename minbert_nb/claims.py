@@ -15,7 +15,7 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .ablate import TABLES, PaperTable, Row, row_dir, row_configs, our_value, _merge, has_dev_predictions, hw_label
+from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, our_value, _merge, has_dev_predictions, hw_label
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
@@ -252,8 +252,8 @@ def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
     """The run folders (each with metrics.json) behind `row` in the table folder `rows_of` ([] when the row has not finished,
     or, given the folder's `scale`, when a run trained a configuration the registry has since changed: `is_stale`)"""
     if row.same_as: return row_runs(table, table.row(row.same_as), rows_of, scale)
+    if row_record(rows_of, table, row) is None: return []
     f = row_dir(rows_of, table, row)
-    if not (f/"row.json").is_file(): return []
     runs = [f] if (f/"metrics.json").is_file() else sorted(p.parent for p in f.glob("*/metrics.json"))
     return [] if any(is_stale(table, row, r, scale) for r in runs) else runs
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from .core import cli, default_device
 from .data import DataError
-from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, seed_dir, write_table, _cfg_key,
+from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, row_record, seed_dir, write_table, _cfg_key,
                                has_dev_predictions, run_devices)
 from .claims import CLAIMS, row_runs, write_report
 
@@ -61,7 +61,7 @@ def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) 
             if not r.ensemble: continue
             for s in seeds:
                 f = seed_dir(Path(results)/f"{t.id}-{scale}", s)
-                if (row_dir(f, t, r)/"row.json").is_file(): continue
+                if row_record(f, t, r) is not None: continue
                 runs = {m: row_runs(t, t.row(m), f, scale) for m in r.ensemble}
                 if gone := [m for m, rs in runs.items() if rs and not all(has_dev_predictions(x) for x in rs)]:
                     out.append((t.id, r.name, s, [str(row_dir(f, t, t.row(m))) for m in gone]))
@@ -89,7 +89,7 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             if r.needs or r.same_as: continue                          # cannot run here / reuses another row's run
             need = seeds if r.name in used else seeds[:1]
             done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
-            stale = tuple(s for s in need if s not in done and (row_dir(seed_dir(folder, s), t, r)/"row.json").is_file())
+            stale = tuple(s for s in need if s not in done and row_record(seed_dir(folder, s), t, r) is not None)
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
                                            for c in row_configs(t, r, scale))
             cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
@@ -181,8 +181,8 @@ def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
     per = {}
     for d in sorted(out.glob("seed-*")):
         if not d.name[5:].isdigit(): continue
-        per[int(d.name[5:])] = {r.name: json.loads(f.read_text()) if (f := row_dir(d, t, r)/"row.json").is_file() else
-                                dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)") for r in t.rows}
+        per[int(d.name[5:])] = {r.name: row_record(d, t, r) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
+                                for r in t.rows}
     if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
     return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
 
@@ -190,7 +190,7 @@ def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
 @cli
 def minbert_ablate(list:bool=False,           # print every table id with its caption (with --table: its rows)
                    table:str=None,            # table id, e.g. 000-T10 (see --list)
-                   scale:str=None,            # tiny: a smoke test; quick: 240 steps a row (the default with --table); short: 720 steps, the report's scale (about 8 min a row on 2 CPU cores; the default with --plan, --reproduce); full: the papers' budgets
+                   scale:str=None,            # tiny: a smoke test; quick: 240 steps a row (the default with --table); short: 720 steps, the report's scale (a median of 15 min a row on CPU, SMART rows 42-49; the default with --plan, --reproduce); full: the papers' budgets
                    out:str=None,              # output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again
                    rows:str=None,             # 1-based rows to run, e.g. 1,3 (default: all)
                    backbone:str=None,         # backbone for every row (default: the embedded all-MiniLM-L6-v2)
