@@ -140,8 +140,11 @@ def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
     assert abs(r.ours_diff - 0.14) < 1e-9 and abs(r.ci_low - (0.14 - h)) < 1e-5 and abs(r.ci_high - (0.14 + h)) < 1e-5
     assert abs(r.paper_diff - (0.486 - 0.417)) < 1e-9
     assert r.a_runs == ";".join(f"results/ablate/003-T2-quick/seed-{s}/rows/04-R4" for s in (0, 1, 2))
-    r = got.loc["003-T2-smart"]                                            # the paper: R6 < R4; here R6 is 0.03 better at every seed
+    r = got.loc["003-T2-cosine-avg"]                                       # the same seeds on the average of three tasks: a third of it
+    assert r.verdict == "reproduced" and abs(r.ours_diff - 0.14 / 3) < 1e-9 and abs(r.ci_low - (0.14 - h) / 3) < 1e-5
+    r = got.loc["003-T2-smart"]                               # the paper: R6 < R7 (lambda 0: R4's runs here); R6 is 0.03 better at every seed
     assert r.verdict == "contradicted" and abs(r.ours_diff - 0.03) < 1e-9 and abs(r.ci_low - 0.03) < 1e-9
+    assert r.b_rows == "R7" and r.b_runs == ";".join(f"results/ablate/003-T2-quick/seed-{s}/rows/04-R4" for s in (0, 1, 2))
     r = got.loc["000-T10-annealed"]                                         # percentages; diffs 10 and 11 points, two seeds only
     h2 = 12.706205 * 0.5 ** 0.5 / 2 ** 0.5
     assert (r.verdict, r.seeds) == ("inconclusive", 2) and abs(r.ours_diff - 10.5) < 1e-6 and abs(r.ci_low - (10.5 - h2)) < 1e-4
@@ -150,7 +153,7 @@ def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
     assert r.a_runs == "results/ablate/tiny/000-T3/rows/01-Finetune/part1-sst;results/ablate/tiny/000-T3/rows/01-Finetune/part2-cfimdb"
     assert got.loc["004-T2-concat-sts", "verdict"] == "not run" and len(csv) == len(C.CLAIMS)
     md = Path("results/reproduction/report.md").read_text()
-    assert md.splitlines()[2].startswith("**reproduced** 1 · **contradicted** 1 · **inconclusive** ")
+    assert md.splitlines()[2].startswith("**reproduced** 2 · **contradicted** 1 · **inconclusive** ")
     assert "### 000-T10-annealed: inconclusive (too few seeds)" in md
     assert Path("results/reproduction/figures/003-T2.png").is_file()
 
