@@ -26,7 +26,7 @@ def pack(monkeypatch, tmp_path, small_data):
 def test_run_and_land(pack, tmp_path, capsys):
     g = _load("gpu_tables")
     there, out = tmp_path / "there" / "ablate", tmp_path / "out"
-    run = lambda *chains, results=there: g.main(["run", "--out", str(out), "--minutes", "5", "--hard-minutes", "8", "--scale", "tiny", "--device", "cpu",
+    run = lambda *chains, results=there, minutes="5": g.main(["run", "--out", str(out), "--minutes", minutes, "--hard-minutes", "8", "--scale", "tiny", "--device", "cpu",
                                                 "--pack", str(pack), "--results", str(results), "--predictions", *[x for c in chains for x in ("--chain", *c)]])
     run(["000-T10:0:1", "000-T10:0:2"])
     s = json.loads((out / "gpu-tables.json").read_text())
@@ -37,6 +37,11 @@ def test_run_and_land(pack, tmp_path, capsys):
     assert "000-T10-tiny/seed-0/rows/01-Round_Robin/metrics.json" in names and any(n.startswith("gpu-logs/") for n in names)
     assert not any("/predictions/" in n or n.endswith(".pt") for n in names)              # no predictions, no checkpoints
     assert any("/predictions/" in n and n.endswith((".csv", ".csv.gz")) for n in tarfile.open(out / "gpu-predictions.tar.gz").getnames())
+    # past --minutes a call still goes through (what trains nothing: rows done, copies, ensembles); a row that would train does not start
+    run(["000-T10:0:1", "000-T10:0:3"], ["000-T10:0:2"], minutes="0")
+    s0 = json.loads((out / "gpu-tables.json").read_text())
+    assert sorted((c["rows"], c["rc"]) for c in s0["calls"]) == [("1", 0), ("2", 0), ("3", 0)], s0["calls"]
+    assert s0["rows"] == [] and not list((there / "000-T10-tiny" / "seed-0" / "rows").glob("03-*/row.json"))
     here = tmp_path / "here" / "ablate"
     new = g.land(out / "gpu-runs.tar.gz", here, out / "gpu-predictions.tar.gz")
     assert sorted(p.name for p in new) == ["01-Round_Robin", "02-Proportional"]

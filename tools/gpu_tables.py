@@ -11,8 +11,9 @@ The device tool lends a session minutes of one GPU, one command at a time (10 mi
 
 `run` runs `minbert_ablate` calls as chains: each chain's calls one after another (a table whose rows copy a twin's run, or
 an ensemble of its members, follows them), several chains at once on the one GPU, each process with its share of the cores.
-No row starts after `--minutes` (`minbert_ablate --until`); processes still running at `--hard-minutes` are stopped (that
-row is lost, the others stay); every 45 s and at the end the run folders (no checkpoints; dev predictions only with
+No row starts training after `--minutes` (`minbert_ablate --until`), but the calls go on until `--hard-minutes`: what trains
+nothing (a copy of a twin's finished run, an ensemble of finished members, a row done already) still goes through after
+`--minutes`. Processes still running at `--hard-minutes` are stopped (that row is lost, the others stay); every 45 s and at the end the run folders (no checkpoints; dev predictions only with
 `--predictions`, in a second archive) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
 times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s).
 
@@ -101,8 +102,8 @@ def run(a):
     stop = threading.Event(); threading.Thread(target=_smi, args=(out/"gpu-util.csv", stop), daemon=True).start()
     calls, lock, procs = [], threading.Lock(), set()
     def chain(cs):
-        for table, seed, rows in cs:
-            if time.time() >= until: break
+        for table, seed, rows in cs:                             # after `until` a call still copies and combines (it trains nothing)
+            if time.time() >= hard: break
             log = logs/f"{stamp}-{table}-seed{seed}-rows{rows.replace(',', '_')}.log"
             cmd = [sys.executable, "-m", "minbert_nb.reproduce", "--table", table, "--scale", a.scale, "--seeds", seed, "--rows", rows,
                    "--out", str(results/f"{table}-{a.scale}"), "--device", a.device, "--quiet", "--until", str(until)]
@@ -123,9 +124,8 @@ def run(a):
     pending, running, last = list(chains), [], time.time()
     while pending or running:
         running = [t for t in running if t.is_alive()]
-        while pending and len(running) < workers and time.time() < until:
+        while pending and len(running) < workers and time.time() < hard:
             t = threading.Thread(target=chain, args=(pending.pop(0),), daemon=True); t.start(); running.append(t)
-        if time.time() >= until: pending = []
         if time.time() >= hard:
             with lock:
                 for pr in procs:
@@ -194,7 +194,7 @@ def main(argv=None):
     r = sub.add_parser("run", help="there: the chains inside the time; the archive into --out")
     r.add_argument("--out", required=True, help="where the archive and the summary go ($OUT)")
     r.add_argument("--chain", nargs="+", action="append", required=True, help="TABLE:SEED:ROWS calls run one after another")
-    r.add_argument("--minutes", type=float, required=True, help="no row starts after this many minutes")
+    r.add_argument("--minutes", type=float, required=True, help="no row starts training after this many minutes (copies and ensembles still go through)")
     r.add_argument("--hard-minutes", type=float, required=True, help="processes still running then are stopped")
     r.add_argument("--workers", type=int, default=0, help="chains at once (default: all)")
     r.add_argument("--scale", default="short"); r.add_argument("--device", default="cuda", help="cuda (cpu: try it here at --scale tiny)")
