@@ -65,9 +65,13 @@ gpu-check: $(VENV)/.runtime
 gpu-pack: $(VENV)/.runtime
 	$(BIN)/python tools/pack_gpu.py pack
 
-# Re-run every notebook in place, skipping `#| notest` / `#| gpu` cells (stores outputs for the docs); export; clean.
+# Re-run every notebook in place (or those NB names, e.g. `make nbs NB=nbs/reproduction.ipynb`), skipping `#| notest` /
+# `#| gpu` cells (stores outputs for the docs); export; clean. The notebooks' demos train into `tempfile.mkdtemp()`
+# folders (hundreds of MB each): they go to a TMPDIR of this run's own, removed after it, as under `make test`.
+NB ?=
 nbs: $(VENV)/.dev
-	HF_HUB_OFFLINE=1 $(BIN)/nbdev-test --n-workers 1 --save
+	tmp=$$(mktemp -d -t minbert-nbs-XXXXXX) && HF_HUB_OFFLINE=1 TMPDIR=$$tmp $(BIN)/nbdev-test --n-workers 1 --save $(NB); \
+	  rc=$$?; rm -rf "$$tmp"; exit $$rc
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
 # The offline docs site in _site/ (no Quarto, nothing from the web): the notebooks in reading order, MathJax bundled from the
