@@ -41,29 +41,8 @@ def module_tmp(tmp_path_factory):
     yield lambda name: Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
     shutil.rmtree(root, ignore_errors=True)
 
-# Each notebook's kernel gets a temporary folder of its own (TMPDIR, read by its `tempfile` calls), removed when the
-# notebook's last cell has run and its kernel has stopped. The notebooks demonstrate trainings in `tempfile.mkdtemp()`
-# folders; without this, a whole nbval pass would leave several GB behind in the system's temporary folder.
-_NB_TMP = {}
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    nb = item.parent
-    if item.path.suffix == ".ipynb" and nb not in _NB_TMP:   # before the first cell's setup starts the kernel
-        _NB_TMP[nb] = (tempfile.mkdtemp(prefix=f"nbval-{item.path.stem}-"), os.environ.get("TMPDIR"))
-        os.environ["TMPDIR"] = _NB_TMP[nb][0]
-    return (yield)
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    try: return (yield)                                       # the notebook's kernel stops here when the next item is elsewhere
-    finally:
-        nb = item.parent
-        if nb in _NB_TMP and (nextitem is None or nextitem.parent is not nb):
-            d, old = _NB_TMP.pop(nb)
-            if old is None: os.environ.pop("TMPDIR", None)
-            else: os.environ["TMPDIR"] = old
-            shutil.rmtree(d, ignore_errors=True)
+# Each notebook's kernel gets a TMPDIR of its own: the hooks are in the repository's root conftest.py, since the
+# notebooks (nbs/) are outside this folder and a conftest's hooks reach only the tests below it.
 
 
 # Test files whose code never looks data up (pure functions of the package): identical in both passes

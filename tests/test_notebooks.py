@@ -52,3 +52,17 @@ def test_every_export_cell_is_followed_by_a_check(nb):
 @pytest.mark.parametrize("nb", NBS, ids=lambda p: p.stem)
 def test_no_empty_code_cells(nb):
     for i, c in enumerate(_cells(nb)): assert _src(c).strip(), f"{nb.name}, code cell {i} is empty"
+
+def test_nbval_removes_a_notebooks_temporary_files(tmp_path):
+    """A notebook's demos write into `tempfile.mkdtemp()` folders; under pytest its kernel gets a TMPDIR of its own, removed
+    after its last cell (the root conftest.py's hooks: a tests/ conftest would not reach nbs/). 16a_claims makes two such folders"""
+    import os, subprocess, sys
+    pytest.importorskip("nbval")
+    nb = _NBS / "16a_claims.ipynb"
+    assert "mkdtemp" in nb.read_text()
+    tmp = tmp_path / "tmp"; tmp.mkdir()
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", str(nb), "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider"],
+                       cwd=_NBS.parent, env={**os.environ, "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    left = [p.name for p in tmp.iterdir() if p.name.startswith(("tmp", "nbval-"))]
+    assert left == [], f"the notebook's temporary folders were left in TMPDIR: {left}"
