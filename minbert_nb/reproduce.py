@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 
 # %% ../nbs/16b_reproduce.ipynb #7e36506e
 from __future__ import annotations
-import json, os, subprocess, sys, time
+import itertools, json, os, subprocess, sys, time
 import pandas as pd
 import torch
 from pathlib import Path
@@ -18,24 +18,27 @@ from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_di
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'claim_rows', 'run_order', 'orphaned', 'here_device', 'seed_device', 'plan_frame', 'plan_commands',
-           'calls_here', 'write_plan', 'worker_env', 'run_calls', 'table_from_runs', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'reads', 'claim_rows', 'run_order', 'folder_seeds', 'orphaned', 'here_device', 'seed_device',
+           'claim_seeds', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan', 'worker_env', 'run_calls',
+           'table_from_runs', 'minbert_ablate']
 
 # %% ../nbs/16b_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (16_ablate chose it from learning curves)
 
-def claim_rows(table_id:str) -> set:
-    "Names of the rows of `table_id` whose runs a claim reads: its own rows, an ensemble row's members, a `same_as` row's original"
-    t, out = TABLES[table_id], set()
+def reads(table, names) -> set:
+    "Names of the rows of `table` whose runs the rows `names` read: themselves, an ensemble row's members, a `same_as` row's original"
+    out = set()
     def add(name):
-        r = t.row(name)
+        r = table.row(name)
         if r.same_as: return add(r.same_as)
         out.add(name)
         for m in r.ensemble: add(m)
-    for c in CLAIMS.values():
-        if c.table == table_id:
-            for n in (*c.a, *c.b): add(n)
+    for n in names: add(n)
     return out
+
+def claim_rows(table_id:str) -> set:
+    "Names of the rows of `table_id` whose runs a claim reads: its own rows, an ensemble row's members, a `same_as` row's original"
+    return reads(TABLES[table_id], [n for c in CLAIMS.values() if c.table == table_id for n in (*c.a, *c.b)])
 
 def run_order(table_id:str) -> list:
     """The order a seed's rows of `table_id` run in (row names): the claims' rows first, each ensemble of them right after its
@@ -52,14 +55,19 @@ def run_order(table_id:str) -> list:
         if r.name not in out: place(r)
     return out
 
+def folder_seeds(folder) -> list:
+    "The seeds a table folder holds a folder of (seed-K/), sorted"
+    return sorted(int(d.name[5:]) for d in Path(folder).glob("seed-*") if d.name[5:].isdigit())
+
 def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> list:
     """Ensembles that cannot run: (table, row, seed, member folders) where members have finished whose dev predictions are
-    gone (they are not committed), whether or not the others have: delete those folders and the next `--reproduce` trains them again"""
+    gone (they are not committed), whether or not the others have: delete those folders and the next `--reproduce` trains them
+    again (at `seeds` and every other seed the table folder holds)"""
     out = []
     for t in TABLES.values():
         for r in t.rows:
             if not r.ensemble: continue
-            for s in seeds:
+            for s in sorted({*seeds, *folder_seeds(Path(results)/f"{t.id}-{scale}")}):
                 f = seed_dir(Path(results)/f"{t.id}-{scale}", s)
                 if row_record(f, t, r) is not None: continue
                 runs = {m: row_runs(t, t.row(m), f, scale) for m in r.ensemble}
@@ -76,18 +84,34 @@ def seed_device(folder, seed, device:str|None=None) -> str:
     ran = run_devices(seed_dir(folder, seed))
     return sorted(ran)[0] if ran else here_device(device)
 
+def claim_seeds(claim, folder, seeds=(0, 1, 2), device:str|None=None, scale:str=REPORT_SCALE) -> tuple:
+    """The seeds `claim` is judged on in the table folder `folder` once the plan for `device` has run: the seeds where all its
+    rows have finished (on any device), and, short of `len(seeds)` of them, the seeds of `seeds` this device may add runs to
+    (none of that seed's runs trained on another device: `seed_device`), then spare seeds after them (`max(seeds) + 1`, ...),
+    likewise. So a GPU lent for an hour finishes a claim whose seeds 0-2 began on the CPU at seeds 3-5, and the claim pairs
+    each seed's rows on one device (`claims.evaluate` reads every seed where all of a claim's rows ran)"""
+    t, folder, n = TABLES[claim.table], Path(folder), len(seeds)
+    full = [s for s in folder_seeds(folder) if all(row_runs(t, t.row(r), seed_dir(folder, s), scale) for r in (*claim.a, *claim.b))]
+    out = list(full)
+    for s in itertools.chain(seeds, itertools.count(max(seeds) + 1)):
+        if len(out) >= n: break
+        if s not in out and seed_device(folder, s, device) == here_device(device): out.append(s)
+    return tuple(sorted(out))
+
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2), device:str|None=None) -> pd.DataFrame:
-    """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (all of `seeds` where a
-    claim reads it, the first otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
+    """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (where a claim reads it,
+    `claim_seeds` of every claim that does: `seeds` unless a seed began on another device than `device`'s; the first of `seeds`
+    otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
     whose finished run trained a configuration the registry has since changed: delete it to train again), the rows of the same configuration
     (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`: a twin's run
     on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet)"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
         folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
+        cs = [(reads(t, (*c.a, *c.b)), claim_seeds(c, folder, seeds, device, scale)) for c in CLAIMS.values() if c.table == t.id]
         for i, r in enumerate(t.rows, 1):
             if r.needs or r.same_as: continue                          # cannot run here / reuses another row's run
-            need = seeds if r.name in used else seeds[:1]
+            need = tuple(sorted({s for names, ss in cs if r.name in names for s in ss})) if r.name in used else seeds[:1]
             done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
             stale = tuple(s for s in need if s not in done and row_record(seed_dir(folder, s), t, r) is not None)
             smart = not r.ensemble and any(c.get("smart_weight") or any(p.get("smart_weight") for p in c.get("phases") or ())
@@ -125,9 +149,9 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
         for s in sorted({s for m in g["missing"] for s in m}):
             pos = {n: i for i, n in enumerate(run_order(table))}
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
-            ran = run_devices(seed_dir(rows["out"].iloc[0], s))
+            dev = seed_device(rows["out"].iloc[0], s, device)
             calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
-                          "--out", rows["out"].iloc[0], *(["--device", sorted(ran)[0]] if ran and here not in ran else [])])
+                          "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here else [])])
     return calls
 
 def calls_here(calls:list, device:str|None=None) -> tuple:
@@ -238,6 +262,10 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
             calls, away = calls_here(calls, device)
             for c in away: print(f"note: left for a machine with {c[c.index('--device') + 1]} (this seed's finished runs trained there): "
                                   "minbert_ablate " + " ".join(c))
+            if plan and calls and here_device(device) == "cuda":
+                arg = lambda c, k: c[c.index(k) + 1]
+                print("the same calls as chains of tools/gpu_tables.py run (one each; put a call that copies another table's run after "
+                      "that call, in its chain):\n  " + " ".join(f"--chain {arg(c, '--table')}:{arg(c, '--seeds')}:{arg(c, '--rows')}" for c in calls))
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
             if workers > 1: failed = run_calls(calls, workers, over, until=until)

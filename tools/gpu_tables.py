@@ -17,7 +17,8 @@ nothing (a copy of a twin's finished run, an ensemble of finished members, a row
 `--predictions`, in a second archive) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
 times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s).
 
-A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. Rows already finished in the staged
+A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. `minbert_ablate --plan --device cuda` (run
+here) prints the calls a GPU would make as such chains: a claim whose seeds began on the CPU goes on there at spare seeds. Rows already finished in the staged
 folders are not run again (`minbert_ablate` resumes). `land` adds only rows this repository does not have, and refuses a
 seed folder whose runs here trained on another device: a claim's rows must not mix devices within a seed.
 """
