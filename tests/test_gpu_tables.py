@@ -62,3 +62,41 @@ def test_run_and_land(pack, tmp_path, capsys):
     assert [p.name for p in g.land(out / "gpu-runs.tar.gz", busy)] == ["02-Proportional"]                # left alone, the other lands
     assert list((busy / "000-T10-tiny" / "seed-0" / "rows" / "01-Round_Robin").iterdir()) == []
     with pytest.raises(SystemExit, match="expected TABLE:SEED:ROWS"): run(["000-T10:1"])
+
+def _runs(chain_list):
+    "(table, seed, row) of every run in `chains`' output, in chain order, with the chain's index"
+    return [(i, t, int(s), int(r)) for i, (_, items) in enumerate(chain_list) for it in items for t, s, rows in [it.split(":")] for r in rows.split(",")]
+
+def test_chains_keep_order_and_balance(tmp_path):
+    "gpu_tables chains: every run the GPU's plan lists, once; members before their ensemble and twins before their copies, in one chain; balanced"
+    import json
+    from minbert_nb.ablate import TABLES, row_dir, seed_dir
+    from minbert_nb.reproduce import plan_frame
+    g = _load("gpu_tables")
+    res = tmp_path / "ablate"
+    t2 = TABLES["002-T2"]
+    for s in (0, 1, 2):                                  # seed 002's Table 2 began on the CPU: its fine-tuning claim is done there
+        for n in ("full-model-10-1e-5 baseline", "last-linear-layer-10-0.001 baseline"):
+            f = row_dir(seed_dir(res / "002-T2-short", s), t2, t2.row(n)); f.mkdir(parents=True)
+            (f / "row.json").write_text("{}"); (f / "metrics.json").write_text(json.dumps(dict(sst_acc=0.5, para_acc=0.7, sts_corr=0.6, device="cpu")))
+    plan = plan_frame(res, device="cuda")
+    want = {(t, s, r) for t, r, m in zip(plan.table, plan.row, plan.missing) if t == "002-T2" for s in m if s >= 3}
+    got = _runs(g.chains(["002-T2"], res, k=3))
+    assert sorted((t, s, r) for _, t, s, r in got) == sorted(want) and len(want) > 10   # each once, and only the GPU's seeds 3-5
+    ens = t2.rows.index(t2.row("5-ensemble")) + 1
+    members = {t2.rows.index(t2.row(m)) + 1 for m in t2.row("5-ensemble").ensemble}
+    for s in (3, 4, 5):
+        e = next(k for k, x in enumerate(got) if x[1:] == ("002-T2", s, ens))
+        ms = [k for k, x in enumerate(got) if x[1] == "002-T2" and x[2] == s and x[3] in members]
+        assert len(ms) == len(members) and all(k < e and got[k][0] == got[e][0] for k in ms)   # members first, same chain
+    cs = g.chains(["004-T3", "004-T4"], tmp_path / "none", k=4)     # 004-T4's rows 1-5 copy 004-T3's lambda-5 rows
+    p = plan_frame(tmp_path / "none", device="cuda"); p = p[p.table.isin(["004-T3", "004-T4"])]
+    cost = sum(0 if s in cp or e else 3 if sm else 1 for m, cp, e, sm in zip(p.missing, p.copies, p.ensemble, p.smart) for s in m)
+    assert [c for c, _ in cs] == sorted((c for c, _ in cs), reverse=True) and sum(c for c, _ in cs) == cost > 60   # SMART rows: 3 each
+    assert max(c for c, _ in cs) - min(c for c, _ in cs) <= 3 * 5                  # within one group (5 SMART rows) of each other
+    got = _runs(cs); t3, t4 = TABLES["004-T3"], TABLES["004-T4"]
+    for k, (i, t, s, r) in enumerate(got):
+        if t != "004-T4" or r > 5: continue
+        twin = t3.rows.index(t3.row("Concat+SMART+Pretrain / " + t4.rows[r - 1].name)) + 1
+        assert any(x == (i, "004-T3", s, twin) for x in got[:k]), (t, s, r)       # the twin trains first, in the same chain
+    assert len(g.chains(["004-T3"], tmp_path / "none", k=1)) == 1

@@ -3,6 +3,7 @@
 The device tool lends a session minutes of one GPU, one command at a time (10 minutes at most), sends the working tree
 (64 MiB at most, with what `carry` names) and takes back at most 8 files from $OUT. Three steps:
 
+    python tools/gpu_tables.py chains --tables 002-T2 --chains 6 # here: what is left of those tables as balanced chains
     python tools/gpu_tables.py stage --tables 004-T3,004-T4      # here: those tables' run folders into the pack, and
                                                                  # whether the tree and the pack fit what the tool sends
     python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9 \\
@@ -148,6 +149,49 @@ def run(a):
     print(f"done in {summary['wall_s']:.0f} s: {ok} new rows ok of {len(rows)}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
     return summary
 
+def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda") -> list:
+    """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
+    at most `k` chains for `run`, balanced by cost. Rows that must run in order stay in one chain, in order: an ensemble after its
+    members, a copy after the twin it copies; every other group runs beside the rest (two calls on one seed folder at once are
+    fine: each writes its own rows, and `land` writes the tables again). Cost: a SMART row 3, a copy or an ensemble 0, a row 1.
+    Returns [(cost, ["TABLE:SEED:ROWS", ...])], the costliest chain first"""
+    from minbert_nb.ablate import TABLES
+    from minbert_nb.reproduce import plan_frame, reads, run_order, seed_device
+    plan = plan_frame(results, scale, device=device)
+    plan = plan[plan.table.isin(tables) & (plan["missing"].map(len) > 0)]
+    nodes, parent = {}, {}
+    for _, r in plan.iterrows():
+        for s in r["missing"]:
+            if seed_device(r["out"], s, device) != device: continue     # that seed began elsewhere: it waits for that device
+            copy = s in r["copies"]
+            nodes[(r["table"], s, r["name"])] = dict(row=r["row"], copy=copy, ensemble=r["ensemble"], cost=0 if copy or r["ensemble"] else 3 if r["smart"] else 1,
+                                                    twins=[tuple(x.split(" / ", 1)) for x in r["twins"].split("; ") if x])
+    find = lambda x: x if parent.get(x, x) == x else find(parent[x])
+    def union(a, b): parent[find(a)] = find(b)
+    for (t, s, n), v in nodes.items():
+        for m in reads(TABLES[t], TABLES[t].row(n).ensemble):
+            if (t, s, m) in nodes: union((t, s, n), (t, s, m))
+        for tt, nn in v["twins"]:
+            if (tt, s, nn) in nodes: union((t, s, n), (tt, s, nn))
+    groups = {}
+    for x in nodes: groups.setdefault(find(x), []).append(x)
+    tpos = {t: i for i, t in enumerate(TABLES)}
+    def items(g):
+        g = sorted(g, key=lambda x: (nodes[x]["ensemble"], nodes[x]["copy"], tpos[x[0]], x[1], run_order(x[0]).index(x[2])))
+        out = []
+        for t, s, n in g:
+            if out and out[-1][:2] == (t, s): out[-1][2].append(nodes[(t, s, n)]["row"])
+            else: out.append((t, s, [nodes[(t, s, n)]["row"]]))
+        return [f"{t}:{s}:{','.join(map(str, rs))}" for t, s, rs in out]
+    cost = lambda g: sum(nodes[x]["cost"] for x in g)
+    out = [[0, []] for _ in range(max(1, k))]
+    for g in sorted(groups.values(), key=lambda g: (-cost(g), sorted(g))):   # the longest group first, into the least loaded chain
+        c = min(out, key=lambda c: c[0]); c[0] += cost(g)
+        for it in items(g):                                                   # one call for neighbours of one table and seed
+            if c[1] and c[1][-1].rsplit(":", 1)[0] == it.rsplit(":", 1)[0]: c[1][-1] += "," + it.rsplit(":", 1)[1]
+            else: c[1].append(it)
+    return sorted([tuple(c) for c in out if c[1]], key=lambda c: -c[0])
+
 def land(archive:Path, results:Path, predictions:Path|None=None, tables_again:bool=True) -> list:
     """The rows of `archive` (`run`'s gpu-runs.tar.gz) that `results` lacks, copied in (with their dev predictions from
     `predictions`, if given). Every seed is checked before anything is copied: one whose runs here trained on another device
@@ -201,12 +245,19 @@ def main(argv=None):
     r.add_argument("--scale", default="short"); r.add_argument("--device", default="cuda", help="cuda (cpu: try it here at --scale tiny)")
     r.add_argument("--predictions", action="store_true", help="also OUT/gpu-predictions.tar.gz: the runs' dev predictions (ensembles to combine later)")
     r.add_argument("--pack", default=str(ROOT/"gpu-pack")); r.add_argument("--results", default="/tmp/gpu-results/ablate")
+    c = sub.add_parser("chains", help="here: what --plan --device cuda lists for --tables, as balanced chains for run")
+    c.add_argument("--tables", required=True, help="table ids, e.g. 002-T2,004-T2"); c.add_argument("--chains", type=int, default=6)
+    c.add_argument("--results", default=str(ROOT/"results"/"ablate")); c.add_argument("--scale", default="short")
     l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
     l.add_argument("archive"); l.add_argument("--predictions", default=None, help="gpu-predictions.tar.gz, if the run made one")
     l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
     a = p.parse_args(argv)
     if a.what == "stage": stage(a.tables.split(","), Path(a.results), Path(a.pack), a.scale)
     elif a.what == "run": run(a)
+    elif a.what == "chains":
+        cs = chains(a.tables.split(","), Path(a.results), a.scale, a.chains)
+        for cost, items in cs: print(f"# cost {cost} (a row 1, a SMART row 3): {' '.join(items)}")
+        print(" ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to run on cuda for these tables")
     else: land(Path(a.archive), Path(a.results), Path(a.predictions) if a.predictions else None)
 
 if __name__ == "__main__": main()
