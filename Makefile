@@ -19,10 +19,14 @@ export TOKENIZERS_PARALLELISM ?= false
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# The local wheel is tried twice (one CI install once failed there for a reason its hidden output did not keep); before
+# falling back to the index, the reason is printed (the whole of it stays in .venv/torch-local.log).
 $(VENV)/.torch: | $(BIN)/python
-	@if [ "$(TORCH_INDEX)" = "$(CPU_INDEX)" ] && $(PIP) --no-deps --no-index "$(TORCH)" 2>/dev/null; then \
+	@log=$(VENV)/torch-local.log; rm -f $$log; \
+	if [ "$(TORCH_INDEX)" = "$(CPU_INDEX)" ] && { $(PIP) --no-deps --no-index "$(TORCH)" 2>>$$log || $(PIP) --no-deps --no-index "$(TORCH)" 2>>$$log; }; then \
 	  echo "torch: using the wheel already on this machine"; \
-	else echo "torch: $(TORCH) from $(TORCH_INDEX)"; $(PIP) "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
+	else if [ -s $$log ]; then echo "torch: the local install failed ($$log): $$(grep -v '^ *$$' $$log | tail -n 2 | tr '\n' ' ')"; fi; \
+	  echo "torch: $(TORCH) from $(TORCH_INDEX)"; $(PIP) "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
 	touch $@
 
 $(VENV)/.runtime: pyproject.toml $(VENV)/.torch
