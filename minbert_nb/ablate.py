@@ -27,10 +27,10 @@ from .ensemble import ensemble_runs
 
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
-           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'row_record', 'row_blocker', 'sample_dir_of',
-           'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row', 'our_value', 'device_type',
-           'hw_label', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir',
-           'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
+           'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'portable', 'located', 'row_record',
+           'row_blocker', 'sample_dir_of', 'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row',
+           'our_value', 'device_type', 'hw_label', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table',
+           'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -372,11 +372,23 @@ def row_dir(out, table:PaperTable, row:Row) -> Path:
     "The folder of `row` inside the table's output folder `out`"
     return Path(out)/"rows"/f"{table.rows.index(row) + 1:02d}-{slug(row.name)}"
 
+def portable(rec:dict, folder) -> dict:
+    """A row's record `rec` as its row.json stores it: `folder` by name, `runs` relative to it, so that the record stays true
+    where the table folder goes (runs trained on a GPU machine and landed here, a clone, a renamed checkout)"""
+    return dict(rec, folder=Path(folder).name, **({"runs": [os.path.relpath(r, folder) for r in rec["runs"]]} if "runs" in rec else {}))
+
+def located(rec:dict, folder) -> dict:
+    """A row.json's record `rec` with `folder` and `runs` where they are now: `folder` the row's folder, `runs` under it
+    (records written before `portable` hold the absolute paths of the machine that wrote them: taken relative to the folder they name)"""
+    old = rec.get("folder") or ""
+    here = lambda r: os.path.normpath(Path(folder)/(os.path.relpath(r, old) if os.path.isabs(r) and os.path.isabs(old) else r))
+    return dict(rec, folder=str(folder), **({"runs": [here(r) for r in rec["runs"]]} if "runs" in rec else {}))
+
 def row_record(out, table:PaperTable, row:Row) -> dict|None:
-    "The record of `row` finished in the table folder `out` (its `row.json`); None while the row has not finished"
+    "The record of `row` finished in the table folder `out` (its `row.json`, its paths `located` here); None while the row has not finished"
     f = row_dir(out, table, row)/"row.json"
     if not f.is_file(): return None
-    try: return json.loads(f.read_text())
+    try: return located(json.loads(f.read_text()), f.parent)
     except json.JSONDecodeError as e:
         raise ValueError(f"{f}, line {e.lineno}: not valid JSON ({e.msg}); expected the record `minbert_ablate` writes when a row "
                          "finishes. Delete that file (the row's runs are kept) and run the row again to write it anew.") from None
@@ -558,7 +570,7 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
             rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
-    write_json(rec, folder/"row.json")
+    write_json(portable(rec, folder), folder/"row.json")
     return rec
 
 # %% ../nbs/16_ablate.ipynb #1b29e709

@@ -72,7 +72,8 @@ def test_figures_and_frontier_from_a_tiny_run(tmp_path):
         p = out/f
         assert p.is_file() and p.stat().st_size > 10_000, f
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    ens = json.loads((out/"rows"/"17-Ensemble_x3"/"row.json").read_text())
+    assert json.loads((out/"rows"/"17-Ensemble_x3"/"row.json").read_text())["runs"] == ["ensemble"]   # stored relative to the row
+    ens = A.row_record(out, A.TABLES["000-T4"], A.TABLES["000-T4"].row("Ensemble x3"))
     assert len(ens["metrics"]) and Path(ens["runs"][0]).joinpath("metrics.json").is_file()
     # on another machine the members' prediction files are gone (not committed): the ensemble says so instead of scoring less
     shutil.rmtree(out/"rows"/"17-Ensemble_x3")
