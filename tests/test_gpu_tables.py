@@ -1,5 +1,5 @@
 "tools/gpu_tables.py: stage, run (here on CPU at --scale tiny, a tiny backbone) and land: rows come back once, never mixed with another device's"
-import importlib.util, json, sys
+import importlib.util, json, shutil, sys
 from pathlib import Path
 import pytest
 
@@ -36,14 +36,18 @@ def test_run_and_land(pack, tmp_path, capsys):
     names = tarfile.open(out / "gpu-runs.tar.gz").getnames()
     assert "000-T10-tiny/seed-0/rows/01-Round_Robin/metrics.json" in names and any(n.startswith("gpu-logs/") for n in names)
     assert not any("/predictions/" in n or n.endswith(".pt") for n in names)              # no predictions, no checkpoints
-    assert any("/predictions/" in n and n.endswith((".csv", ".csv.gz")) for n in tarfile.open(out / "gpu-predictions.tar.gz").getnames())
+    parts = sorted(out.glob("gpu-predictions-*.tar.gz")); kept = tmp_path / "parts"; kept.mkdir()
+    assert parts and all(p.stat().st_size < g.PART for p in parts)
+    assert any("/predictions/" in n and n.endswith((".csv", ".csv.gz")) for p in parts for n in tarfile.open(p).getnames())
+    parts = [Path(shutil.copy2(p, kept)) for p in parts]                # each call's $OUT comes back on its own
     # past --minutes a call still goes through (what trains nothing: rows done, copies, ensembles); a row that would train does not start
     run(["000-T10:0:1", "000-T10:0:3"], ["000-T10:0:2"], minutes="0")
     s0 = json.loads((out / "gpu-tables.json").read_text())
     assert sorted((c["rows"], c["rc"]) for c in s0["calls"]) == [("1", 0), ("2", 0), ("3", 0)], s0["calls"]
     assert s0["rows"] == [] and not list((there / "000-T10-tiny" / "seed-0" / "rows").glob("03-*/row.json"))
     here = tmp_path / "here" / "ablate"
-    new = g.land(out / "gpu-runs.tar.gz", here, out / "gpu-predictions.tar.gz")
+    assert not list(out.glob("gpu-predictions-*.tar.gz"))             # the second call trained nothing: no predictions of its own
+    new = g.land(out / "gpu-runs.tar.gz", here, parts)
     assert sorted(p.name for p in new) == ["01-Round_Robin", "02-Proportional"]
     assert (here / "000-T10-tiny" / "table.md").is_file() and "| cpu " in (here / "000-T10-tiny" / "table.md").read_text()
     assert any((new[0] / "predictions").iterdir())                                        # the ensembles' inputs came too
@@ -100,3 +104,25 @@ def test_chains_keep_order_and_balance(tmp_path):
         twin = t3.rows.index(t3.row("Concat+SMART+Pretrain / " + t4.rows[r - 1].name)) + 1
         assert any(x == (i, "004-T3", s, twin) for x in got[:k]), (t, s, r)       # the twin trains first, in the same chain
     assert len(g.chains(["004-T3"], tmp_path / "none", k=1)) == 1
+
+def test_prediction_parts_stay_under_the_limit(tmp_path):
+    "gpu_tables prediction_parts: every prediction file once, a run's files in one part, each part under the limit"
+    import os, tarfile
+    g = _load("gpu_tables")
+    res, out = tmp_path / "ablate", tmp_path / "out"; out.mkdir()
+    runs = []
+    for i in range(6):                                   # incompressible files: 6 runs of 0.3 MiB each, parts of at most 0.7 MiB
+        r = res / "002-T2-short" / "seed-3" / "rows" / f"{i:02d}-x"; (r / "predictions").mkdir(parents=True); runs.append(r)
+        for k in ("sst", "para"): (r / "predictions" / f"{k}-dev-output.csv").write_bytes(os.urandom(150_000))
+        (r / "metrics.json").write_text("{}")
+    (res / "002-T2-short" / "seed-3" / "rows" / "06-none").mkdir(); runs.append(res / "002-T2-short" / "seed-3" / "rows" / "06-none")
+    (out / "gpu-predictions-9.tar.gz").write_text("stale")
+    parts = g.prediction_parts(out, res, runs, limit=700_000)
+    assert len(parts) >= 3 and all(p.stat().st_size <= 700_000 for p in parts) and not (out / "gpu-predictions-9.tar.gz").exists()
+    names = [n for p in parts for n in tarfile.open(p).getnames()]
+    assert sorted(names) == sorted(f"002-T2-short/seed-3/rows/{i:02d}-x/predictions/{k}-dev-output.csv" for i in range(6) for k in ("sst", "para"))
+    for p in parts:                                      # a run is never split over two parts
+        rs = {n.split("/predictions/")[0] for n in tarfile.open(p).getnames()}
+        assert all(sum(n.startswith(r + "/") for n in names) == 2 for r in rs)
+        assert all(sum(n.startswith(r + "/") for n in tarfile.open(p).getnames()) == 2 for r in rs)
+    assert g.prediction_parts(out, res, []) == [] and not list(out.glob("gpu-predictions-*"))

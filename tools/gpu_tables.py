@@ -15,7 +15,7 @@ an ensemble of its members, follows them), several chains at once on the one GPU
 No row starts training after `--minutes` (`minbert_ablate --until`), but the calls go on until `--hard-minutes`: what trains
 nothing (a copy of a twin's finished run, an ensemble of finished members, a row done already) still goes through after
 `--minutes`. Processes still running at `--hard-minutes` are stopped (that row is lost, the others stay); every 45 s and at the end the run folders (no checkpoints; dev predictions only with
-`--predictions`, in a second archive) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
+`--predictions`: this call's new runs' only, as OUT/gpu-predictions-K.tar.gz parts under the tool's 16 MiB a file) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
 times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s).
 
 A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. `minbert_ablate --plan --device cuda` (run
@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/"tools"))
 LIMIT = 64 * 2**20                                   # what the device tool sends: the working tree and the carried paths
+PART = 15 * 2**20                                    # what it brings back: files of at most 16 MiB, 8 files at most
 _safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 def _skip(predictions:bool):
@@ -44,6 +45,27 @@ def _tar(dest:Path, folders, predictions:bool=False, extra=()):
         for p, name in extra:
             if Path(p).exists(): t.add(p, arcname=name)
     os.replace(tmp, dest)
+
+def prediction_parts(out:Path, results:Path, runs, limit:int=PART) -> list:
+    """The dev predictions of run folders `runs` (under `results`) as OUT/gpu-predictions-K.tar.gz, each under `limit` bytes
+    (the device tool brings back no larger file): a run's files stay in one part, a part over the limit is halved and written
+    again. Returns the parts (none when the runs have no predictions)"""
+    for old in out.glob("gpu-predictions-*.tar.gz"): old.unlink()
+    files = lambda run: sorted(f for f in Path(run).rglob("*") if f.is_file() and "predictions" in f.relative_to(run).parts[:1])
+    todo, parts = [[r for r in sorted(runs) if files(r)]], []
+    while todo:
+        g = todo.pop(0)
+        if not g: continue
+        dest = out/f"gpu-predictions-{len(parts) + 1}.tar.gz"
+        with tarfile.open(dest, "w:gz") as t:
+            for r in g:
+                for f in files(r): t.add(f, arcname=str(f.relative_to(results)))
+        if dest.stat().st_size > limit and len(g) > 1: dest.unlink(); todo[:0] = [g[:len(g) // 2], g[len(g) // 2:]]
+        else:
+            if dest.stat().st_size > limit: print(f"note: {dest.name}: {dest.stat().st_size / 2**20:.1f} MiB, one run's predictions alone: over what the device tool brings back")
+            parts.append(dest)
+    if len(parts) > 5: print(f"note: {len(parts)} prediction parts: the device tool brings back 8 files, 3 of them the runs, the summary and the GPU log")
+    return parts
 
 def tree_bytes(root=ROOT) -> int:
     "Bytes of what the device tool sends besides the carried paths: tracked files and untracked files git does not ignore"
@@ -122,7 +144,7 @@ def run(a):
     def archive():
         tables = sorted(d for d in results.iterdir() if (d/"ablate.json").is_file())
         _tar(out/"gpu-runs.tar.gz", tables, extra=[(logs, "gpu-logs")])
-        if a.predictions: _tar(out/"gpu-predictions.tar.gz", tables, predictions=True)
+        if a.predictions: prediction_parts(out, results, {p.parent for p in results.rglob("metrics.json")} - staged)   # this call's runs
     pending, running, last = list(chains), [], time.time()
     while pending or running:
         running = [t for t in running if t.is_alive()]
@@ -138,11 +160,11 @@ def run(a):
         if time.time() - last > 45: archive(); last = time.time()
         time.sleep(1)
     stop.set()
-    rows = [json.loads(f.read_text()) for f in sorted(results.rglob("row.json")) if f.parent not in staged]
+    rows = [(f.parent, json.loads(f.read_text())) for f in sorted(results.rglob("row.json")) if f.parent not in staged]
     summary = dict(wall_s=round(time.time() - t0, 1), workers=workers, threads=env["OMP_NUM_THREADS"], calls=calls,
-                   rows=[dict(table=r.get("table"), row=r.get("row"), folder=os.path.relpath(r.get("folder", ""), results), status=r.get("status"),
+                   rows=[dict(table=r.get("table"), row=r.get("row"), folder=os.path.relpath(d, results), status=r.get("status"),
                               wall_s=round(r.get("wall_s") or 0, 1), overall=(r.get("metrics") or {}).get("overall"),
-                              device=(r.get("metrics") or {}).get("device")) for r in rows])
+                              device=(r.get("metrics") or {}).get("device")) for d, r in rows])
     (out/"gpu-tables.json").write_text(json.dumps(summary, indent=1))
     archive()
     ok = sum(r["status"] == "ok" for r in summary["rows"])
@@ -192,15 +214,15 @@ def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda") 
             else: c[1].append(it)
     return sorted([tuple(c) for c in out if c[1]], key=lambda c: -c[0])
 
-def land(archive:Path, results:Path, predictions:Path|None=None, tables_again:bool=True) -> list:
+def land(archive:Path, results:Path, predictions=None, tables_again:bool=True) -> list:
     """The rows of `archive` (`run`'s gpu-runs.tar.gz) that `results` lacks, copied in (with their dev predictions from
-    `predictions`, if given). Every seed is checked before anything is copied: one whose runs here trained on another device
+    `predictions`, if given: `run`'s gpu-predictions-K.tar.gz parts, one path or a list). Every seed is checked before anything is copied: one whose runs here trained on another device
     refuses the whole archive. A row folder here without row.json (a run under way, or one that stopped) is left alone, and
     said. Returns the new row folders"""
     from minbert_nb.ablate import run_devices
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for arc in [archive, *([predictions] if predictions else [])]:
+        for arc in [archive, *([predictions] if isinstance(predictions, (str, Path)) else predictions or [])]:
             with tarfile.open(arc) as t: t.extractall(tmp, **_safe)
         todo = []                                                     # (table folder there, seed folder there, its new rows)
         for table in sorted(d for d in tmp.iterdir() if (d/"ablate.json").is_file()):
@@ -243,13 +265,13 @@ def main(argv=None):
     r.add_argument("--hard-minutes", type=float, required=True, help="processes still running then are stopped")
     r.add_argument("--workers", type=int, default=0, help="chains at once (default: all)")
     r.add_argument("--scale", default="short"); r.add_argument("--device", default="cuda", help="cuda (cpu: try it here at --scale tiny)")
-    r.add_argument("--predictions", action="store_true", help="also OUT/gpu-predictions.tar.gz: the runs' dev predictions (ensembles to combine later)")
+    r.add_argument("--predictions", action="store_true", help="also OUT/gpu-predictions-K.tar.gz: this call's runs' dev predictions, in parts under 16 MiB (ensembles to combine later)")
     r.add_argument("--pack", default=str(ROOT/"gpu-pack")); r.add_argument("--results", default="/tmp/gpu-results/ablate")
     c = sub.add_parser("chains", help="here: what --plan --device cuda lists for --tables, as balanced chains for run")
     c.add_argument("--tables", required=True, help="table ids, e.g. 002-T2,004-T2"); c.add_argument("--chains", type=int, default=6)
     c.add_argument("--results", default=str(ROOT/"results"/"ablate")); c.add_argument("--scale", default="short")
     l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
-    l.add_argument("archive"); l.add_argument("--predictions", default=None, help="gpu-predictions.tar.gz, if the run made one")
+    l.add_argument("archive"); l.add_argument("--predictions", nargs="*", default=None, help="gpu-predictions-K.tar.gz parts, if the run made them")
     l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
     a = p.parse_args(argv)
     if a.what == "stage": stage(a.tables.split(","), Path(a.results), Path(a.pack), a.scale)
@@ -258,6 +280,6 @@ def main(argv=None):
         cs = chains(a.tables.split(","), Path(a.results), a.scale, a.chains)
         for cost, items in cs: print(f"# cost {cost} (a row 1, a SMART row 3): {' '.join(items)}")
         print(" ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to run on cuda for these tables")
-    else: land(Path(a.archive), Path(a.results), Path(a.predictions) if a.predictions else None)
+    else: land(Path(a.archive), Path(a.results), [Path(x) for x in a.predictions or []])
 
 if __name__ == "__main__": main()
