@@ -732,9 +732,16 @@ def run_devices(folder) -> set:
     "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
     return {device_type(m) for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
 
+def _trains_nothing(folder:Path, table:PaperTable, row:Row) -> bool:
+    "Whether running `row` into `folder` trains nothing: it has finished, or it is an ensemble (or `same_as`) of rows that have"
+    if row_record(folder, table, row) is not None: return True
+    if row.same_as: return _trains_nothing(folder, table, table.row(row.same_as))
+    return bool(row.ensemble) and all(_trains_nothing(folder, table, table.row(m)) for m in row.ensemble)
+
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
-    "Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed"
-    if all(row_record(folder, table, r) is not None for r in todo): return     # nothing left to train here
+    """Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed.
+    An ensemble of finished members trains nothing (it combines their dev predictions): it may be combined on any machine"""
+    if all(_trains_nothing(folder, table, r) for r in todo): return     # nothing left to train here
     other = run_devices(folder) - {device}
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
                                "a claim compares must not mix devices within a seed: give another --out for this device (with --reproduce: "

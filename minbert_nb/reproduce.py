@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from .core import cli, default_device
 from .data import DataError
 from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, row_record, seed_dir, write_table, _cfg_key,
-                               has_dev_predictions, run_devices)
+                               has_dev_predictions, run_devices, _trains_nothing)
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
@@ -142,16 +142,18 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
     """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
     (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes). A seed
     whose finished runs trained on another device than this machine's gets `--device` that device: a claim's rows must not mix
-    devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`); `device`:
+    devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`), but for a call
+    that trains nothing (ensembles of finished members, which combine their dev predictions anywhere); `device`:
     the one the calls will train on (default: this machine's best)"""
     calls, todo, here = [], plan[plan["missing"].map(len) > 0], here_device(device)
     for table, g in todo.groupby("table", sort=False):
         for s in sorted({s for m in g["missing"] for s in m}):
             pos = {n: i for i, n in enumerate(run_order(table))}
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
-            dev = seed_device(rows["out"].iloc[0], s, device)
+            dev, f = seed_device(rows["out"].iloc[0], s, device), seed_dir(rows["out"].iloc[0], s)
+            trains = not all(_trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
             calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
-                          "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here else [])])
+                          "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else [])])
     return calls
 
 def calls_here(calls:list, device:str|None=None) -> tuple:
