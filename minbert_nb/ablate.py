@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16_ablate.ipynb #8f0298e2
 from __future__ import annotations
-import dataclasses, json, math, os, re, shutil, time
+import ast, dataclasses, json, math, os, re, shutil, time
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -29,8 +29,9 @@ from .ensemble import ensemble_runs
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'portable', 'located', 'row_record',
            'row_blocker', 'sample_dir_of', 'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row',
-           'our_value', 'device_type', 'hw_label', 'table_frame', 'seeds_frame', 'table_markdown', 'plot_table',
-           'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table', 'list_tables']
+           'our_value', 'device_type', 'hw_label', 'data_label', 'table_frame', 'seeds_frame', 'table_markdown',
+           'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table',
+           'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -592,6 +593,27 @@ def hw_label(m:dict) -> str:
     "A run's device type and precision from its metrics.json, e.g. 'cuda bfloat16' ('' when neither is recorded)"
     return " ".join(x for x in (device_type(m), str(m.get("amp") or "")) if x)
 
+def data_label(rec:dict) -> str:
+    """What a row's runs trained on, read from their metrics.json: each task's training file (its folder and name) and rows,
+    the same wherever the data folder lay (the data path a record names is the machine's: a GPU's differs); else what the record
+    says (an ensemble: its members' data folder; the committed sample), with any row limit it names"""
+    files = {}
+    for run in rec.get("runs") or ():
+        for p in sorted(Path(run).glob("*/metrics.json")) or [Path(run)/"metrics.json"]:   # a phased run's phases, else the run
+            f = (json.loads(p.read_text()).get("train_files") or {}) if p.is_file() else {}
+            f = ast.literal_eval(f) if isinstance(f, str) else f                          # older runs wrote the dict as its repr
+            for k, v in f.items():
+                if k.endswith("_train") and isinstance(v, str): files.setdefault(k[:-len("_train")], (f"{Path(v).parent.name}/{Path(v).name}", f.get(f"{k}_rows")))
+    note = str(rec.get("data", ""))
+    if not files or note.startswith("committed sample"): return note
+    lim = note[note.index(", <="):] if ", <=" in note else ""
+    return ", ".join(f"{t} {n}" + (f" ({r:,})" if isinstance(r, int) else "") for t, (n, r) in sorted(files.items())) + lim
+
+def _row_data(table:PaperTable, row:Row, records:dict) -> str:
+    "`data_label` of `row`'s record; an ensemble's: its members', when they agree"
+    ms = {data_label(records[m]) for m in row.ensemble if m in records and records[m].get("status") == "ok"}
+    return ms.pop() if len(ms) == 1 else data_label(records[row.name])
+
 def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
     "One line per paper row, in the paper's order: the paper's numbers, ours, backbone, data, device (and precision), scale, wall time, status"
     lines = []
@@ -603,7 +625,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
             line[f"ours {c}"] = our_value(k, rec.get("metrics"), table.percent)
         ok = rec["status"] == "ok"
         m = rec.get("metrics") or {}
-        line.update(trainable_M=our_value("params", m), backbone=rec.get("backbone", ""), data=rec.get("data", ""),
+        line.update(trainable_M=our_value("params", m), backbone=rec.get("backbone", ""), data=_row_data(table, r, records) if ok else "",
                     device=hw_label(m) if ok else "", scale=scale,
                     wall_s=round(rec["wall_s"], 1) if ok else None,
                     status="ok" + (f" ({rec['note']})" if rec.get("note") else "") if ok else f"not run: {rec.get('reason')}")
