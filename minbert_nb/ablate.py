@@ -380,9 +380,10 @@ def portable(rec:dict, folder) -> dict:
 
 def located(rec:dict, folder) -> dict:
     """A row.json's record `rec` with `folder` and `runs` where they are now: `folder` the row's folder, `runs` under it
-    (records written before `portable` hold the absolute paths of the machine that wrote them: taken relative to the folder they name)"""
-    old = rec.get("folder") or ""
-    here = lambda r: os.path.normpath(Path(folder)/(os.path.relpath(r, old) if os.path.isabs(r) and os.path.isabs(old) else r))
+    (records written before `portable` hold paths as the writing process saw them, absolute or from its working folder, where
+    `folder` is a path, not a name: their runs are taken relative to that folder)"""
+    old = str(rec.get("folder") or "")
+    here = lambda r: os.path.normpath(Path(folder)/(os.path.relpath(r, old) if os.sep in old else r))
     return dict(rec, folder=str(folder), **({"runs": [here(r) for r in rec["runs"]]} if "runs" in rec else {}))
 
 def row_record(out, table:PaperTable, row:Row) -> dict|None:
