@@ -72,7 +72,7 @@ def _runs(chain_list):
     return [(i, t, int(s), int(r)) for i, (_, items) in enumerate(chain_list) for it in items for t, s, rows in [it.split(":")] for r in rows.split(",")]
 
 def test_chains_keep_order_and_balance(tmp_path):
-    "gpu_tables chains: every run the GPU's plan lists, once; members before their ensemble and twins before their copies, in one chain; balanced"
+    "gpu_tables chains: every run the GPU's plan lists, once; twins before their copies (and members before their ensemble) in one chain; balanced"
     import json
     from minbert_nb.ablate import TABLES, row_dir, seed_dir
     from minbert_nb.reproduce import plan_frame
@@ -85,25 +85,34 @@ def test_chains_keep_order_and_balance(tmp_path):
             (f / "row.json").write_text("{}"); (f / "metrics.json").write_text(json.dumps(dict(sst_acc=0.5, para_acc=0.7, sts_corr=0.6, device="cpu")))
     plan = plan_frame(res, device="cuda")
     want = {(t, s, r) for t, r, m in zip(plan.table, plan.row, plan.missing) if t == "002-T2" for s in m if s >= 3}
-    got = _runs(g.chains(["002-T2"], res, k=3))
-    assert sorted((t, s, r) for _, t, s, r in got) == sorted(want) and len(want) > 10   # each once, and only the GPU's seeds 3-5
     ens = t2.rows.index(t2.row("5-ensemble")) + 1
     members = {t2.rows.index(t2.row(m)) + 1 for m in t2.row("5-ensemble").ensemble}
+    assert g.row_cost("002-T2", "5-ensemble") == 0 and g.row_cost("002-T2", t2.rows[6].name) == 3   # 9 epochs of 240 steps: 3 short runs
+    assert g.row_cost("004-T2", "Concat+SMART") == 3 * g.row_cost("004-T2", "Concat")                 # SMART: three forwards a step
+    cs, after = g.chains(["002-T2"], res, k=3)                   # the ensembles combine here afterwards: members spread out
+    got = _runs(cs)
+    assert sorted((t, s, r) for _, t, s, r in got) == sorted(want - {("002-T2", s, ens) for s in (3, 4, 5)}) and len(want) > 10
+    assert after == [f"002-T2:{s}:{ens}" for s in (3, 4, 5)]
+    assert len({i for i, t, s, r in got if r in members and s == 3}) > 1                  # one seed's members on several chains
+    costs = [c for c, _ in cs]; assert max(costs) - min(costs) <= max(g.row_cost("002-T2", t2.rows[r - 1].name) for r in members)
+    got = _runs(g.chains(["002-T2"], res, k=3, ensembles_there=True)[0])                 # each ensemble in its members' chain, after them
+    assert sorted((t, s, r) for _, t, s, r in got) == sorted(want)
     for s in (3, 4, 5):
         e = next(k for k, x in enumerate(got) if x[1:] == ("002-T2", s, ens))
         ms = [k for k, x in enumerate(got) if x[1] == "002-T2" and x[2] == s and x[3] in members]
         assert len(ms) == len(members) and all(k < e and got[k][0] == got[e][0] for k in ms)   # members first, same chain
-    cs = g.chains(["004-T3", "004-T4"], tmp_path / "none", k=4)     # 004-T4's rows 1-5 copy 004-T3's lambda-5 rows
+    cs, after = g.chains(["004-T3", "004-T4"], tmp_path / "none", k=4)     # 004-T4's rows 1-5 copy 004-T3's lambda-5 rows
     p = plan_frame(tmp_path / "none", device="cuda"); p = p[p.table.isin(["004-T3", "004-T4"])]
-    cost = sum(0 if s in cp or e else 3 if sm else 1 for m, cp, e, sm in zip(p.missing, p.copies, p.ensemble, p.smart) for s in m)
-    assert [c for c, _ in cs] == sorted((c for c, _ in cs), reverse=True) and sum(c for c, _ in cs) == cost > 60   # SMART rows: 3 each
-    assert max(c for c, _ in cs) - min(c for c, _ in cs) <= 3 * 5                  # within one group (5 SMART rows) of each other
+    cost = sum(0 if s in cp else g.row_cost(t, n) for t, n, m, cp in zip(p.table, p.name, p.missing, p.copies) for s in m)
+    assert [c for c, _ in cs] == sorted((c for c, _ in cs), reverse=True) and abs(sum(c for c, _ in cs) - cost) < 1e-6 and cost > 60
+    assert max(c for c, _ in cs) - min(c for c, _ in cs) <= 5 * g.row_cost("004-T3", TABLES["004-T3"].rows[0].name)   # within one group
+    assert after == [f"004-T4:{s}:6" for s in (0, 1, 2)]
     got = _runs(cs); t3, t4 = TABLES["004-T3"], TABLES["004-T4"]
     for k, (i, t, s, r) in enumerate(got):
         if t != "004-T4" or r > 5: continue
         twin = t3.rows.index(t3.row("Concat+SMART+Pretrain / " + t4.rows[r - 1].name)) + 1
         assert any(x == (i, "004-T3", s, twin) for x in got[:k]), (t, s, r)       # the twin trains first, in the same chain
-    assert len(g.chains(["004-T3"], tmp_path / "none", k=1)) == 1
+    assert len(g.chains(["004-T3"], tmp_path / "none", k=1)[0]) == 1
 
 def test_prediction_parts_stay_under_the_limit(tmp_path):
     "gpu_tables prediction_parts: every prediction file once, a run's files in one part, each part under the limit"

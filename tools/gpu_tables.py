@@ -3,7 +3,8 @@
 The device tool lends a session minutes of one GPU, one command at a time (10 minutes at most), sends the working tree
 (64 MiB at most, with what `carry` names) and takes back at most 8 files from $OUT. Three steps:
 
-    python tools/gpu_tables.py chains --tables 002-T2 --chains 6 # here: what is left of those tables as balanced chains
+    python tools/gpu_tables.py chains --tables 002-T2 --chains 6 # here: what is left of those tables as balanced chains (and the
+                                                                 # ensembles to combine here after land: run with --predictions)
     python tools/gpu_tables.py stage --tables 004-T3,004-T4      # here: those tables' run folders into the pack, and
                                                                  # whether the tree and the pack fit what the tool sends
     python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9 \\
@@ -171,22 +172,41 @@ def run(a):
     print(f"done in {summary['wall_s']:.0f} s: {ok} new rows ok of {len(rows)}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
     return summary
 
-def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda") -> list:
+def row_cost(table_id:str, name:str, scale:str="short") -> float:
+    """What training a row costs, in plain 720-step runs: its steps over all its runs and phases (epochs x steps a epoch; 240 where
+    a config reads all its data) / 720, times 3 for SMART (three forwards a step); 0 for an ensemble (it combines predictions)"""
+    from minbert_nb.ablate import TABLES, row_configs
+    from minbert_nb.config import TrainConfig
+    from minbert_nb.phases import phase_configs
+    t = TABLES[table_id]; row = t.row(name)
+    if row.ensemble or row.same_as: return 0.0
+    steps = 0
+    for cfg in row_configs(t, row, scale):
+        c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
+        for p in ([pc for _, pc in phase_configs(c)] if c.phases else [c]):
+            steps += (p.epochs or 1) * (p.steps_per_epoch or 240) * (3 if p.smart_weight else 1)
+    return round(steps / 720, 2)
+
+def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
     """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
-    at most `k` chains for `run`, balanced by cost. Rows that must run in order stay in one chain, in order: an ensemble after its
-    members, a copy after the twin it copies; every other group runs beside the rest (two calls on one seed folder at once are
-    fine: each writes its own rows, and `land` writes the tables again). Cost: a SMART row 3, a copy or an ensemble 0, a row 1.
-    Returns [(cost, ["TABLE:SEED:ROWS", ...])], the costliest chain first"""
+    at most `k` chains for `run`, balanced by cost (`row_cost`). Rows that must run in order stay in one chain, in order: a copy
+    after the twin it copies (and with `ensembles_there`, an ensemble after its members); every other group runs beside the rest
+    (two calls on one seed folder at once are fine: each writes its own rows, and `land` writes the tables again). By default the
+    ensembles stay out of the chains: their members spread over all of them (seed 002's 5-ensemble alone has 21 runs' worth of
+    members a seed), `run --predictions` brings the members' dev predictions back, and the ensembles combine here after `land`
+    (an ensemble trains nothing: any machine may combine it). Returns ([(cost, ["TABLE:SEED:ROWS", ...])], the costliest chain
+    first; ["TABLE:SEED:ROWS", ...] of the ensembles to combine here)"""
     from minbert_nb.ablate import TABLES
     from minbert_nb.reproduce import plan_frame, reads, run_order, seed_device
     plan = plan_frame(results, scale, device=device)
     plan = plan[plan.table.isin(tables) & (plan["missing"].map(len) > 0)]
-    nodes, parent = {}, {}
+    nodes, parent, after = {}, {}, {}
     for _, r in plan.iterrows():
         for s in r["missing"]:
             if seed_device(r["out"], s, device) != device: continue     # that seed began elsewhere: it waits for that device
             copy = s in r["copies"]
-            nodes[(r["table"], s, r["name"])] = dict(row=r["row"], copy=copy, ensemble=r["ensemble"], cost=0 if copy or r["ensemble"] else 3 if r["smart"] else 1,
+            if r["ensemble"] and not ensembles_there: after.setdefault((r["table"], s), []).append(r["row"]); continue
+            nodes[(r["table"], s, r["name"])] = dict(row=r["row"], copy=copy, ensemble=r["ensemble"], cost=0 if copy else row_cost(r["table"], r["name"], scale),
                                                     twins=[tuple(x.split(" / ", 1)) for x in r["twins"].split("; ") if x])
     find = lambda x: x if parent.get(x, x) == x else find(parent[x])
     def union(a, b): parent[find(a)] = find(b)
@@ -205,14 +225,15 @@ def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda") 
             if out and out[-1][:2] == (t, s): out[-1][2].append(nodes[(t, s, n)]["row"])
             else: out.append((t, s, [nodes[(t, s, n)]["row"]]))
         return [f"{t}:{s}:{','.join(map(str, rs))}" for t, s, rs in out]
-    cost = lambda g: sum(nodes[x]["cost"] for x in g)
+    cost = lambda g: round(sum(nodes[x]["cost"] for x in g), 1)
     out = [[0, []] for _ in range(max(1, k))]
     for g in sorted(groups.values(), key=lambda g: (-cost(g), sorted(g))):   # the longest group first, into the least loaded chain
-        c = min(out, key=lambda c: c[0]); c[0] += cost(g)
+        c = min(out, key=lambda c: c[0]); c[0] = round(c[0] + cost(g), 1)
         for it in items(g):                                                   # one call for neighbours of one table and seed
             if c[1] and c[1][-1].rsplit(":", 1)[0] == it.rsplit(":", 1)[0]: c[1][-1] += "," + it.rsplit(":", 1)[1]
             else: c[1].append(it)
-    return sorted([tuple(c) for c in out if c[1]], key=lambda c: -c[0])
+    return (sorted([tuple(c) for c in out if c[1]], key=lambda c: -c[0]),
+            [f"{t}:{s}:{','.join(map(str, sorted(rs)))}" for (t, s), rs in sorted(after.items(), key=lambda x: (tpos[x[0][0]], x[0][1]))])
 
 def land(archive:Path, results:Path, predictions=None, tables_again:bool=True) -> list:
     """The rows of `archive` (`run`'s gpu-runs.tar.gz) that `results` lacks, copied in (with their dev predictions from
@@ -270,6 +291,7 @@ def main(argv=None):
     c = sub.add_parser("chains", help="here: what --plan --device cuda lists for --tables, as balanced chains for run")
     c.add_argument("--tables", required=True, help="table ids, e.g. 002-T2,004-T2"); c.add_argument("--chains", type=int, default=6)
     c.add_argument("--results", default=str(ROOT/"results"/"ablate")); c.add_argument("--scale", default="short")
+    c.add_argument("--ensembles-there", action="store_true", help="keep each ensemble in its members' chain (no predictions to bring back)")
     l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
     l.add_argument("archive"); l.add_argument("--predictions", nargs="*", default=None, help="gpu-predictions-K.tar.gz parts, if the run made them")
     l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
@@ -277,9 +299,11 @@ def main(argv=None):
     if a.what == "stage": stage(a.tables.split(","), Path(a.results), Path(a.pack), a.scale)
     elif a.what == "run": run(a)
     elif a.what == "chains":
-        cs = chains(a.tables.split(","), Path(a.results), a.scale, a.chains)
-        for cost, items in cs: print(f"# cost {cost} (a row 1, a SMART row 3): {' '.join(items)}")
-        print(" ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to run on cuda for these tables")
+        cs, after = chains(a.tables.split(","), Path(a.results), a.scale, a.chains, ensembles_there=a.ensembles_there)
+        for cost, items in cs: print(f"# cost {cost} (in plain 720-step runs): {' '.join(items)}")
+        print(" ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to train on cuda for these tables")
+        if after: print("# then here, after `land` with the prediction parts (run --predictions), the ensembles:\n" + "\n".join(
+            f"minbert_ablate --table {t} --scale {a.scale} --seeds {s} --rows {r} --out {Path(a.results)/f'{t}-{a.scale}'}" for t, s, r in (x.split(":") for x in after)))
     else: land(Path(a.archive), Path(a.results), [Path(x) for x in a.predictions or []])
 
 if __name__ == "__main__": main()
