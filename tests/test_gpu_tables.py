@@ -89,6 +89,7 @@ def test_chains_keep_order_and_balance(tmp_path):
     members = {t2.rows.index(t2.row(m)) + 1 for m in t2.row("5-ensemble").ensemble}
     assert g.row_cost("002-T2", "5-ensemble") == 0 and g.row_cost("002-T2", t2.rows[6].name) == 3   # 9 epochs of 240 steps: 3 short runs
     assert g.row_cost("004-T2", "Concat+SMART") == 3 * g.row_cost("004-T2", "Concat")                 # SMART: three forwards a step
+    assert g.row_cost("004-T2", "Concat+SMART*") == g.row_cost("004-T2", "Concat+SMART")   # 80 simultaneous steps of three tasks = 240
     cs, after = g.chains(["002-T2"], res, k=3)                   # the ensembles combine here afterwards: members spread out
     got = _runs(cs)
     assert sorted((t, s, r) for _, t, s, r in got) == sorted(want - {("002-T2", s, ens) for s in (3, 4, 5)}) and len(want) > 10

@@ -173,8 +173,10 @@ def run(a):
     return summary
 
 def row_cost(table_id:str, name:str, scale:str="short") -> float:
-    """What training a row costs, in plain 720-step runs: its steps over all its runs and phases (epochs x steps a epoch; 240 where
-    a config reads all its data) / 720, times 3 for SMART (three forwards a step); 0 for an ensemble (it combines predictions)"""
+    """What training a row costs, in plain 720-step runs: its task batches over all its runs and phases (epochs x steps a epoch,
+    240 where a config reads all its data, x the tasks of a step with the simultaneous sampler) / 720, times 3 for SMART (three
+    forwards a batch); 0 for an ensemble (it combines predictions). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
+    59-73 min each, rows 1-3 (1.0) 14-23 min"""
     from minbert_nb.ablate import TABLES, row_configs
     from minbert_nb.config import TrainConfig
     from minbert_nb.phases import phase_configs
@@ -184,7 +186,8 @@ def row_cost(table_id:str, name:str, scale:str="short") -> float:
     for cfg in row_configs(t, row, scale):
         c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
         for p in ([pc for _, pc in phase_configs(c)] if c.phases else [c]):
-            steps += (p.epochs or 1) * (p.steps_per_epoch or 240) * (3 if p.smart_weight else 1)
+            per = len(p.tasks) if p.sampler == "simultaneous" else 1         # a simultaneous step: a batch of every task
+            steps += (p.epochs or 1) * (p.steps_per_epoch or 240) * per * (3 if p.smart_weight else 1)
     return round(steps / 720, 2)
 
 def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
