@@ -29,9 +29,9 @@ from .ensemble import ensemble_runs
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'portable', 'located', 'row_record',
            'row_blocker', 'sample_dir_of', 'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row',
-           'our_value', 'device_type', 'hw_label', 'data_label', 'table_frame', 'seeds_frame', 'table_markdown',
-           'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds', 'run_devices', 'run_table', 'write_table',
-           'list_tables']
+           'our_value', 'device_type', 'hw_label', 'train_files', 'run_phases', 'data_label', 'table_frame',
+           'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds',
+           'run_devices', 'trains_nothing', 'run_table', 'write_table', 'list_tables']
 
 # %% ../nbs/16_ablate.ipynb #835be9fb
 SCALES = {
@@ -594,15 +594,23 @@ def hw_label(m:dict) -> str:
     "A run's device type and precision from its metrics.json, e.g. 'cuda bfloat16' ('' when neither is recorded)"
     return " ".join(x for x in (device_type(m), str(m.get("amp") or "")) if x)
 
+def train_files(m:dict) -> dict:
+    "A run's `train_files` from its metrics.json: task_train -> file, task_train_rows -> rows ({} when it names none)"
+    f = m.get("train_files") or {}
+    return ast.literal_eval(f) if isinstance(f, str) else dict(f)                     # older runs wrote the dict as its repr
+
+def run_phases(run) -> list:
+    "The phase folders of a phased run (`1-quora/`, `2-multitask/`, each with its own config.json and metrics.json); else [run]"
+    return sorted(f.parent for f in Path(run).glob("*/config.json") if (f.parent/"metrics.json").is_file()) or [Path(run)]
+
 def data_label(rec:dict) -> str:
     """What a row's runs trained on, read from their metrics.json: each task's training file (its folder and name) and rows,
     the same wherever the data folder lay (the data path a record names is the machine's: a GPU's differs); else what the record
     says (an ensemble: its members' data folder; the committed sample), with any row limit it names"""
     files = {}
     for run in rec.get("runs") or ():
-        for p in sorted(Path(run).glob("*/metrics.json")) or [Path(run)/"metrics.json"]:   # a phased run's phases, else the run
-            f = (json.loads(p.read_text()).get("train_files") or {}) if p.is_file() else {}
-            f = ast.literal_eval(f) if isinstance(f, str) else f                          # older runs wrote the dict as its repr
+        for p in run_phases(run):                                                          # a phased run's phases, else the run
+            f = train_files(json.loads((p/"metrics.json").read_text())) if (p/"metrics.json").is_file() else {}
             for k, v in f.items():
                 if k.endswith("_train") and isinstance(v, str): files.setdefault(k[:-len("_train")], (f"{Path(v).parent.name}/{Path(v).name}", f.get(f"{k}_rows")))
     note = str(rec.get("data", ""))
@@ -755,16 +763,16 @@ def run_devices(folder) -> set:
     "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
     return {device_type(m) for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
 
-def _trains_nothing(folder:Path, table:PaperTable, row:Row) -> bool:
+def trains_nothing(folder:Path, table:PaperTable, row:Row) -> bool:
     "Whether running `row` into `folder` trains nothing: it has finished, or it is an ensemble (or `same_as`) of rows that have"
     if row_record(folder, table, row) is not None: return True
-    if row.same_as: return _trains_nothing(folder, table, table.row(row.same_as))
-    return bool(row.ensemble) and all(_trains_nothing(folder, table, table.row(m)) for m in row.ensemble)
+    if row.same_as: return trains_nothing(folder, table, table.row(row.same_as))
+    return bool(row.ensemble) and all(trains_nothing(folder, table, table.row(m)) for m in row.ensemble)
 
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     """Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed.
     An ensemble of finished members trains nothing (it combines their dev predictions): it may be combined on any machine"""
-    if all(_trains_nothing(folder, table, r) for r in todo): return     # nothing left to train here
+    if all(trains_nothing(folder, table, r) for r in todo): return     # nothing left to train here
     other = run_devices(folder) - {device}
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
                                "a claim compares must not mix devices within a seed: give another --out for this device (with --reproduce: "

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/claims.html.md"""
 
 # %% ../nbs/16a_claims.ipynb #3ad7027a
 from __future__ import annotations
-import ast, functools, hashlib, json, math, os
+import functools, hashlib, json, math, os
 from dataclasses import dataclass, asdict
 from pathlib import Path
 import numpy as np
@@ -15,7 +15,7 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, our_value, _merge, has_dev_predictions, hw_label
+from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, our_value, _merge, has_dev_predictions, hw_label, train_files, run_phases
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
@@ -326,9 +326,7 @@ PAPER_SETTING = ("bert-base-uncased (seed 000's Sentence-BERT rows too: bert-bas
                  "Quora's 141,506 training pairs, the paper's own epochs")
 
 def _train_rows(m:dict) -> dict:
-    f = m.get("train_files") or {}
-    f = ast.literal_eval(f) if isinstance(f, str) else f          # older runs wrote the dict as its repr
-    return {k[:-len("_train_rows")]: v for k, v in f.items() if k.endswith("_train_rows")}
+    return {k[:-len("_train_rows")]: v for k, v in train_files(m).items() if k.endswith("_train_rows")}
 
 def _counted_runs(info:dict) -> tuple:
     """The finished runs of a table folder that verdicts count (every row's, at every seed), and how many more finished runs
@@ -366,17 +364,13 @@ def _cost(runs) -> str:
                    + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else [])
                    + ([f"{c['other']} not trained (ensembles, untrained scores)"] if c["other"] else []))
 
-def _phases(run) -> list:
-    "The phase folders of a phased run (`1-quora/`, `2-multitask/`, each with its own config.json and metrics.json); else [run]"
-    return sorted(f.parent for f in Path(run).glob("*/config.json") if (f.parent/"metrics.json").is_file()) or [Path(run)]
-
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
     scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
     runs, stale = _counted_runs(info) if info else ([], 0)
     if not runs: return f"no run counted: the folder's {stale} finished runs trained a configuration the registry has since corrected" if stale else ""
     ms = [_json(r/"metrics.json") for r in runs]
-    parts = [p for r in runs for p in _phases(r)]                # a phased run's data and budget are its phases'
+    parts = [p for r in runs for p in run_phases(r)]            # a phased run's data and budget are its phases'
     cs = [c for p in parts if (p/"config.json").is_file() and "members" not in (c := _json(p/"config.json"))]   # an ensemble's: no budget
     span = lambda vs: f"{min(vs):,}" if min(vs) == max(vs) else f"{min(vs):,}-{max(vs):,}"
     rows = {}

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from .core import cli, default_device
 from .data import DataError
 from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, row_record, seed_dir, write_table, _cfg_key,
-                               has_dev_predictions, run_devices, _trains_nothing)
+                               has_dev_predictions, run_devices, trains_nothing)
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
@@ -151,7 +151,7 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
             pos = {n: i for i, n in enumerate(run_order(table))}
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
             dev, f = seed_device(rows["out"].iloc[0], s, device), seed_dir(rows["out"].iloc[0], s)
-            trains = not all(_trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
+            trains = not all(trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
             calls.append(["--table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
                           "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else [])])
     return calls
