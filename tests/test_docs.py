@@ -1,6 +1,6 @@
 """The offline docs site and the README are built from the notebooks. With Chromium installed (CI installs it), every page is
 also loaded in a headless browser from a loopback server: links, images, sidebar, typeset math, and screenshots in _site_screens/."""
-import functools, html, http.server, importlib, importlib.util, inspect, re, shutil, subprocess, tempfile, threading
+import functools, html, http.server, importlib, importlib.util, inspect, re, shutil, subprocess, tempfile, threading, warnings
 import urllib.error, urllib.parse, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
@@ -195,13 +195,19 @@ def served(site):
 
 def _chrome(url, tmp, *args, timeout=60):
     "One headless Chromium run on `url`, kept off the network (only 127.0.0.1 resolves); returns its stdout"
-    prof = tempfile.mkdtemp(prefix="chrome-", dir=tmp)
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-           "--disable-sync", "--no-first-run", "--disable-quic", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
-           "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", f"--user-data-dir={prof}", "--virtual-time-budget=10000",
-           *args, url]
-    try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    finally: shutil.rmtree(prof, ignore_errors=True)
+    dump = "--dump-dom" in args
+    # A headless Chromium now and then exits with nothing on stdout (CI once lost run_data.html's DOM this way while
+    # the other 42 pages loaded): a dump without its closing tag is tried again, twice, each time with a fresh profile.
+    for attempt in range(3 if dump else 1):
+        prof = tempfile.mkdtemp(prefix="chrome-", dir=tmp)
+        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--no-first-run", "--disable-quic", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+               "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1", f"--user-data-dir={prof}", "--virtual-time-budget=10000",
+               *args, url]
+        try: r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        finally: shutil.rmtree(prof, ignore_errors=True)
+        if not dump or "</html>" in r.stdout: return r.stdout
+    warnings.warn(f"Chromium gave no DOM for {url} in 3 tries (exit {r.returncode}): {r.stderr[-500:]}")
     return r.stdout
 
 @pytest.fixture(scope="module")
