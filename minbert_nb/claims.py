@@ -19,9 +19,9 @@ from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, o
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
-           'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'scale_caveat',
-           'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims', 'compute_text',
-           'report_markdown', 'write_report']
+           'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
+           'scale_caveat', 'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'plot_claims', 'compute_text',
+           'selection_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -295,11 +295,28 @@ def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
     runs = [f] if (f/"metrics.json").is_file() else sorted(p.parent for p in f.glob("*/metrics.json"))
     return [] if any(is_stale(table, row, r, scale) for r in runs) else runs
 
-def row_value(table:PaperTable, row:Row, rows_of, metric:str, scale:str|None=None):
-    "`row`'s `metric` (in the table's units) from its runs' metrics.json, and those runs; (None, []) if not run (or stale)"
+def row_value(table:PaperTable, row:Row, rows_of, metric:str, scale:str|None=None, at:str="best"):
+    """`row`'s `metric` (in the table's units) from its runs, and those runs; (None, []) if not run (or stale). `at="best"`: each
+    run's metrics.json (its best epoch on dev, the weights training keeps); `at="last"`: its last epoch (`last_epoch_metrics`;
+    the value is None where a run's last epoch was not scored on `metric`)"""
     runs = row_runs(table, row, rows_of, scale)
     if not runs: return None, []
-    return our_value(metric, _merge([_json(r/"metrics.json") for r in runs]), table.percent), runs
+    ms = [_json(r/"metrics.json") if at == "best" else last_epoch_metrics(r) for r in runs]
+    return (None if any(m is None for m in ms) else our_value(metric, _merge(ms), table.percent)), runs
+
+# %% ../nbs/16a_claims.ipynb #b2ff86eb
+_SCORES = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr")
+
+def last_epoch_metrics(run) -> dict|None:
+    """Run folder `run`'s dev scores at its last epoch (`history.csv`'s last line; a phased run's: its last phase's last epoch),
+    where its metrics.json holds its best epoch's; a run that trained nothing: its metrics.json; None when the last epoch
+    was never scored (an ensemble, a run without a history)"""
+    run = Path(run); m = _json(run/"metrics.json")
+    if m.get("untrained"): return m
+    if "members" in m or not (run/"history.csv").is_file(): return None
+    h = pd.read_csv(run/"history.csv"); last = h.iloc[-1]
+    return {k: float(last[k]) for k in _SCORES if k in h.columns and pd.notna(last[k])}
+
 
 # %% ../nbs/16a_claims.ipynb #81efdadf
 CSV_COLUMNS = ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "a_runs", "b_runs")
@@ -407,37 +424,38 @@ def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
     return out + (f"; first, the finished members of {', '.join(lost)} that lost their dev predictions train again (`minbert_ablate --plan` "
                   "names them)" if lost else "")
 
+def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
+    "Claim `c`'s A − B at each seed of table folder `info` where every row of both sides has a value (`row_value` `at`), and the runs behind A and B"
+    diffs, ar, br = [], [], []
+    for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
+        va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale"), at) for n in side] for side in (c.a, c.b))
+        if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
+        diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb]))
+        ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
+    return diffs, ar, br
+
 def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
-    diffs, ar, br, used = [], [], [], []
-    for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
-        va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale")) for n in side] for side in (c.a, c.b))
-        if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
-        diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb])); used.append(s)
-        ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
+    diffs, ar, br = _paired(c, t, info)
     m, lo, hi = paired_ci(diffs)
+    last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), (info or {}).get("scale")) if len(diffs) < MIN_SEEDS else ""
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
-                folder=os.path.relpath(info["folder"], root) if info else "")
+                folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
+                last_verdict=verdict(llo, lhi, c.sign, len(last)) if last or not diffs else "not read")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
-    "Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder) from the run folders under `results`"
+    """Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder, and the same
+    difference read at each run's last epoch: last_diff, last_low, last_high, last_seeds, last_verdict) from the run folders under `results`"""
     found, claims = table_folders(results), claims or CLAIMS
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([evaluate(c, found, root, scale, setting[c.table]) for c in claims.values()])
-
-# %% ../nbs/16a_claims.ipynb #8a284cd0
-def fake_run(folder, **metrics):
-    "A finished run folder with `metrics` in metrics.json and a row.json (for tests: no training)"
-    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
-    (folder/"metrics.json").write_text(json.dumps(metrics)); (folder/"row.json").write_text(json.dumps(dict(status="ok", metrics=metrics)))
-    return folder
 
 # %% ../nbs/16a_claims.ipynb #d262bb5a
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
@@ -466,13 +484,26 @@ def compute_text(runs) -> str:
             f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run"
             + (f", {c['other']} not trained (ensembles of members' predictions, untrained scores)" if c["other"] else ""))
 
+def selection_text(df:pd.DataFrame) -> str:
+    "The report's paragraph on selection on dev: how many verdicts hold when every run is read at its last epoch, and which change"
+    run = df[df["verdict"] != "not run"]; read = run[run["last_seeds"] > 0]
+    moved = read[(read["last_verdict"] != read["verdict"]) | (read["last_seeds"] != read["seeds"])]
+    return ("Selection on dev: each run's scores are those of its best epoch on dev (the weights training keeps, as in the reports), "
+            "a maximum over epochs that favours rows with more of them. Read at each run's last epoch instead (`history.csv`), "
+            f"{len(read) - len(moved)} of the {len(read)} claims that can be read so keep their verdict"
+            + ("".join(f"; {r.claim}: {r.verdict} → **{r.last_verdict}** ({_f(r.last_diff)} [{_f(r.last_low)}, {_f(r.last_high)}]"
+                       + (f", {r.last_seeds} seeds" if r.last_seeds != r.seeds else "") + ")" for r in moved.itertuples()))
+            + (f". {_n(len(run) - len(read), 'claim')} cannot be read so: ensembles (their members' predictions are best-epoch ones) and scores of "
+               "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else "."))
+
 def report_markdown(df:pd.DataFrame, compute:str="") -> str:
     "report.md: verdict counts (and `compute`, what the runs behind them cost), then per table its figure and each claim with its evidence"
     counts = df["verdict"].value_counts()
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
            + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
-           f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", ""]
+           f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", "",
+           *([selection_text(df), ""] if "last_verdict" in df else [])]
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![{t}](figures/{t}.png)", "", f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
@@ -482,6 +513,10 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff)}; ours {_f(r.ours_diff)} [{_f(r.ci_low)}, {_f(r.ci_high)}] over {r.seeds} seeds"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
+            if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
+                                                               "only its best epoch was scored)")
+            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff)} [{_f(r.last_low)}, {_f(r.last_high)}] over {r.last_seeds} seeds, "
+                                                 f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
             if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
             if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
             if r.note: out.append(f"- note: {r.note}")
