@@ -20,8 +20,8 @@ from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, o
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
            'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
-           'scale_caveat', 'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'plot_claims', 'compute_text',
-           'selection_text', 'report_markdown', 'write_report']
+           'scale_caveat', 'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
+           'compute_text', 'selection_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -456,6 +456,15 @@ def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.Data
     found, claims = table_folders(results), claims or CLAIMS
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([evaluate(c, found, root, scale, setting[c.table]) for c in claims.values()])
+
+# %% ../nbs/16a_claims.ipynb #8a284cd0
+def fake_run(folder, last:dict|None=None, **metrics):
+    """A finished run folder with `metrics` in metrics.json and a row.json (for tests: no training); with `last`, a history.csv
+    of two epochs: the first scored `metrics` (the best), the last scored `last`"""
+    folder = Path(folder); folder.mkdir(parents=True, exist_ok=True)
+    (folder/"metrics.json").write_text(json.dumps(metrics)); (folder/"row.json").write_text(json.dumps(dict(status="ok", metrics=metrics)))
+    if last is not None: pd.DataFrame([dict(epoch=1, **{k: v for k, v in metrics.items() if k in _SCORES}), dict(epoch=2, **last)]).to_csv(folder/"history.csv", index=False)
+    return folder
 
 # %% ../nbs/16a_claims.ipynb #d262bb5a
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
