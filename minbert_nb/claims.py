@@ -42,9 +42,9 @@ class Claim:
     def column(self) -> str: return next(c for c, k in TABLES[self.table].columns.items() if k == self.metric)
     @property
     def paper_diff(self) -> float:
-        "The paper's A − B: mean of A's printed numbers minus mean of B's, in the table's units"
+        "The paper's A − B: mean of A's printed numbers minus mean of B's, in the table's units (rounded to 10 decimals: 18.7, not 18.700000000000003)"
         t = TABLES[self.table]
-        return float(np.mean([t.row(n).paper[self.column] for n in self.a]) - np.mean([t.row(n).paper[self.column] for n in self.b]))
+        return round(float(np.mean([t.row(n).paper[self.column] for n in self.a]) - np.mean([t.row(n).paper[self.column] for n in self.b])), 10)
 
 CLAIMS: dict = {}
 
@@ -482,7 +482,9 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
-_f = lambda v: "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.4g}"
+def _f(v, percent:bool=False) -> str:
+    "A difference as the report prints it: percentage points (seed 000) to 2 decimals, scores in [0, 1] to 4; '–' for none"
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
 
 def compute_text(runs) -> str:
     "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
@@ -500,7 +502,7 @@ def selection_text(df:pd.DataFrame) -> str:
     return ("Selection on dev: each run's scores are those of its best epoch on dev (the weights training keeps, as in the reports), "
             "a maximum over epochs that favours rows with more of them. Read at each run's last epoch instead (`history.csv`), "
             f"{len(read) - len(moved)} of the {len(read)} claims that can be read so keep their verdict"
-            + ("".join(f"; {r.claim}: {r.verdict} → **{r.last_verdict}** ({_f(r.last_diff)} [{_f(r.last_low)}, {_f(r.last_high)}]"
+            + ("".join(f"; {r.claim}: {r.verdict} → **{r.last_verdict}** ({_f(r.last_diff, p := TABLES[r.table].percent)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}]"
                        + (f", {r.last_seeds} seeds" if r.last_seeds != r.seeds else "") + ")" for r in moved.itertuples()))
             + (f". {_n(len(run) - len(read), 'claim')} cannot be read so: ensembles (their members' predictions are best-epoch ones) and scores of "
                "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else "."))
@@ -516,15 +518,16 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![{t}](figures/{t}.png)", "", f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
+        p = TABLES[t].percent
         for _, r in d.iterrows():
             few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
             out += [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
-                    f"- paper {_f(r.paper_diff)}; ours {_f(r.ours_diff)} [{_f(r.ci_low)}, {_f(r.ci_high)}] over {r.seeds} seeds"
+                    f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {r.seeds} seeds"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
             if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                                "only its best epoch was scored)")
-            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff)} [{_f(r.last_low)}, {_f(r.last_high)}] over {r.last_seeds} seeds, "
+            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {r.last_seeds} seeds, "
                                                  f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
             if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
             if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
