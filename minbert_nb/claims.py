@@ -381,6 +381,14 @@ def _cost(runs) -> str:
                    + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else [])
                    + ([f"{c['other']} not trained (ensembles, untrained scores)"] if c["other"] else []))
 
+def _budget(steps) -> str:
+    "Training budgets `steps`, a set of (epochs, steps per epoch, batch size, tokens), as text: the epochs of one step size together"
+    by = {}
+    for e, s, b, n in steps: by.setdefault((s or 0, b or 0, n or 0), set()).add(e or 1)
+    def epochs(es):
+        es = sorted(es); return str(es[0]) if len(es) == 1 else f"{', '.join(map(str, es[:-1]))} or {es[-1]} epochs"
+    return ", ".join(f"{epochs(es)} × {s or 'all'} steps of {b}, {n} tokens" for (s, b, n), es in sorted(by.items(), key=lambda kv: (-max(kv[1]), -kv[0][0], kv[0])))
+
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
     scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
@@ -394,8 +402,7 @@ def table_setting(info:dict|None) -> str:
     for p in parts:
         for t, n in _train_rows(_json(p/"metrics.json")).items(): rows.setdefault(t, []).append(n)
     bb = sorted({backbone_name(m.get("backbone")) for m in ms})
-    steps = sorted({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")}, key=str)
-    budget = ", ".join(f"{e} × {s or 'all'} steps of {b}, {n} tokens" for e, s, b, n in steps[:3]) + (", ..." if len(steps) > 3 else "")
+    budget = _budget({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")})
     seeds = sorted(info["seeds"], key=str)
     hw = sorted({hw_label(m) for m in ms if "device" in m and "amp" in m})
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
