@@ -28,8 +28,8 @@ from .ensemble import ensemble_runs
 # %% auto #0
 __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register', 'R',
            'table', 'paper_average', 'row_configs', 'slug', 'row_dir', 'portable', 'located', 'row_record',
-           'row_blocker', 'sample_dir_of', 'has_dev_predictions', 'twin_run', 'run_part', 'copies_only', 'run_row',
-           'our_value', 'device_type', 'hw_label', 'train_files', 'run_phases', 'data_label', 'table_frame',
+           'row_blocker', 'sample_dir_of', 'has_dev_predictions', 'twin_run', 'twin_phase', 'run_part', 'copies_only',
+           'run_row', 'our_value', 'device_type', 'hw_label', 'train_files', 'run_phases', 'data_label', 'table_frame',
            'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'seed_dir', 'parse_seeds',
            'run_devices', 'trains_nothing', 'run_table', 'write_table', 'list_tables']
 
@@ -472,6 +472,31 @@ def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
             if _files_under(got, data) and (not predictions or has_dev_predictions(run)): return run
     return None
 
+def _phase_key(pcfg:TrainConfig) -> str:
+    """A phase's configuration as comparable text (`_cfg_key`), less what that phase does not read: a contrastive-only phase
+    (seed 002's MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch)"""
+    d = json.loads(_cfg_key(asdict(pcfg)))
+    if pcfg.contrastive_only and not ("prefix" in pcfg.peft and pcfg.prefix_init != "random"): d.pop("batch_size")
+    return json.dumps(d, sort_keys=True)
+
+def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
+    """Phase `k` of another row's run at the same seed (`ROWS/*/K-NAME` beside this run, or in `after`, the run this one's
+    earlier phases were copied from), finished with the same configuration (`_phase_key`), on the same kind of device and
+    data folder, still holding the best.pt the next phase starts from; or None. Seed 002's two MNRL rows share their
+    MNRL phase: the second row trains its multitask phase only"""
+    pdir = Path(pcfg.out).resolve()
+    if pdir.parent.parent.name != "rows" and after is None: return None
+    try: want, data = _phase_key(pcfg), find_data_dir(pcfg.data_dir).resolve()
+    except (DataError, FileNotFoundError): return None
+    dev = default_device(pcfg.device).type
+    for cand in ([Path(after)/pdir.name] if after is not None else sorted(pdir.parent.parent.glob(f"*/{pdir.name}"))):
+        if cand.resolve() == pdir or not all((cand/f).is_file() for f in ("metrics.json", "config.json", "best.pt")): continue
+        try: same = _phase_key(TrainConfig(**{k_: v for k_, v in json.loads((cand/"config.json").read_text()).items() if k_ != "preset"})) == want
+        except (TypeError, ValueError): continue
+        got = json.loads((cand/"metrics.json").read_text())
+        if same and str(got.get("device", "")).split(":")[0] == dev and _files_under(got, data): return cand
+    return None
+
 def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False, predictions:bool=False) -> dict:
     "Train (or continue, or score untrained) one run of a row in `folder`; returns its metrics.json"
     folder = Path(folder)
@@ -495,7 +520,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
             m = json.loads((tmp/"metrics.json").read_text())
             m["copied_from"] = str(twin.relative_to(os.path.commonpath([twin, folder.resolve()])))   # e.g. 004-T3-short/seed-0/rows/...
             write_json(m, tmp/"metrics.json"); folder.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, folder)
-        else: m = run_training(c, progress=progress, resume=resume)
+        else: m = run_training(c, progress=progress, resume=resume, twin=twin_phase)   # a phase another row trained: copied
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
         m.update(score_dev(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
@@ -515,7 +540,14 @@ def _merge(parts:list) -> dict:
     return m
 
 def _clean_checkpoints(folder:Path):
-    for f in Path(folder).rglob("*.pt"): f.unlink()
+    """Delete a finished row's checkpoints, but for the best.pt of each phase before a run's last: another row's run may
+    take that phase (`twin_phase`) and start its next phase from those weights"""
+    keep = set()
+    for m in Path(folder).rglob("metrics.json"):
+        phases = json.loads(m.read_text()).get("phases") or []
+        keep |= {m.parent/f"{k}-{p['name']}"/"best.pt" for k, p in enumerate(phases[:-1], 1)}
+    for f in Path(folder).rglob("*.pt"):
+        if f not in keep: f.unlink()
 
 def _part_dirs(folder:Path, cfgs:list) -> list:
     "The run folder of each configuration of a row: the row's own folder, or one per part"
@@ -570,6 +602,8 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
                    runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
         if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
             rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
+        if phased := [f"phase {s['name']} of {s['copied_from'].split('/')[0]}" for p in parts for s in p.get("phases") or [] if "copied_from" in s and "copied_from" not in p]:
+            rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(portable(rec, folder), folder/"row.json")

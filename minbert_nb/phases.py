@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/phases.html.md"""
 
 # %% ../nbs/14_phases.ipynb #a3bb40cc
 from __future__ import annotations
-import dataclasses, json, re, shutil, time
+import dataclasses, json, os, re, shutil, time
 from dataclasses import asdict, fields
 from pathlib import Path
 import pandas as pd
@@ -17,7 +17,7 @@ from .config import TrainConfig, parse_tasks
 from .train import train, plot_history
 
 # %% auto #0
-__all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'train_phases', 'run_training']
+__all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'copy_phase', 'train_phases', 'run_training']
 
 # %% ../nbs/14_phases.ipynb #fb271d79
 PHASE_MODEL_FIELDS = ("mode", "tasks", "hidden_dropout", "attention_dropout", "head_dropout")   # model fields a phase may change
@@ -75,11 +75,25 @@ def phase_configs(cfg:TrainConfig) -> list:
 _SCORES = SCORE_KEYS
 
 def _phase_summary(name:str, m:dict, pcfg:TrainConfig) -> dict:
+    copied = {"copied_from": m["copied_from"]} if "copied_from" in m else {}   # a copied phase cost this run nothing
     return dict(name=name, tasks=list(pcfg.tasks), epochs=m.get("epochs"), best_epoch=m.get("best_epoch"),
-                wall_time_s=m.get("wall_time_s"), **{k: m[k] for k in _SCORES if k in m})
+                wall_time_s=0.0 if copied else m.get("wall_time_s"), **copied, **{k: m[k] for k in _SCORES if k in m})
 
-def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
-    "Train the phases of `cfg` one after another in `cfg.out` (resuming inside any phase); returns the run's metrics"
+def copy_phase(src, dst) -> dict:
+    """Finished phase folder `src` copied to `dst` (its best.pt too, which the next phase starts from; not last.pt), whole and
+    then moved in, so that a half-made copy is never seen; its metrics.json says `copied_from`; returns those metrics"""
+    src, dst = Path(src), Path(dst)
+    tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}"); shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("last.pt", ".*"))
+    m = json.loads((tmp/"metrics.json").read_text())
+    m["copied_from"] = str(src.resolve().relative_to(os.path.commonpath([src.resolve(), dst.resolve()])))   # e.g. 14-ROW/1-mnrl
+    write_json(m, tmp/"metrics.json"); dst.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, dst)
+    return m
+
+def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:
+    """Train the phases of `cfg` one after another in `cfg.out` (resuming inside any phase); returns the run's metrics.
+    `twin(k, phase_config, after)`: a finished phase folder to copy instead of training phase k, or None (`minbert_ablate`'s
+    `twin_phase`); it is asked only while every earlier phase was copied, with `after` the run they came from"""
     run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     cfg = dataclasses.replace(cfg, out=str(run))
     plan = phase_configs(cfg)
@@ -89,11 +103,15 @@ def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict
                               f"`minbert_train --resume {run}`, or choose another --out.")
     run.mkdir(parents=True, exist_ok=True)
     if not resume: write_json(asdict(dataclasses.replace(cfg, model_tasks=plan[0][1].model_tasks)), run/"config.json")
-    prev, summary, hist = None, [], []
+    prev, summary, hist, after = None, [], [], None
     for k, (name, pcfg) in enumerate(plan, 1):
         pdir = Path(pcfg.out)
         if (pdir/"metrics.json").is_file(): m = json.loads((pdir/"metrics.json").read_text())   # finished earlier
+        elif twin is not None and (k == 1 or after is not None) and (src := twin(k, pcfg, after)) is not None:
+            m, after = copy_phase(src, pdir), Path(src).parent      # the same phase from the same start, trained in another run
+            print(f"phase {k}/{len(plan)}: {name}: copied from {src} (the same configuration and start), not trained again")
         else:
+            after = None
             print(f"phase {k}/{len(plan)}: {name} (tasks {','.join(pcfg.tasks)}, {pcfg.epochs} epoch(s)) -> {pdir}")
             m = train(pcfg, progress=progress, resume=resume and (pdir/"last.pt").is_file(), init_from=prev)
         summary.append(_phase_summary(name, m, pcfg))
@@ -117,7 +135,7 @@ def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict
     print("phases: " + " | ".join(f"{s['name']}: " + " ".join(f"{k}={s[k]:.4f}" for k in _SCORES if k in s) for s in summary))
     return metrics
 
-def run_training(cfg:TrainConfig, progress:bool=True, resume:bool=False) -> dict:
-    "Train any config: its phases one after another in one run folder when it has them (`train_phases`), else one `train`"
-    return (train_phases if cfg.phases else train)(cfg, progress=progress, resume=resume)
+def run_training(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:
+    "Train any config: its phases one after another in one run folder when it has them (`train_phases`, `twin` its), else one `train`"
+    return train_phases(cfg, progress, resume, twin) if cfg.phases else train(cfg, progress=progress, resume=resume)
 
