@@ -481,7 +481,7 @@ def _phase_key(pcfg:TrainConfig) -> str:
 
 def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
     """Phase `k` of another row's run at the same seed (`ROWS/*/K-NAME` beside this run, or in `after`, the run this one's
-    earlier phases were copied from), finished with the same configuration (`_phase_key`), on the same kind of device and
+    earlier phases were copied from), finished with the same configuration (less what the phase does not read), on the same kind of device and
     data folder, still holding the best.pt the next phase starts from; or None. Seed 002's two MNRL rows share their
     MNRL phase: the second row trains its multitask phase only"""
     pdir = Path(pcfg.out).resolve()
