@@ -530,11 +530,11 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
             few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
             out += [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
-                    f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {r.seeds} seeds"
+                    f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
             if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                                "only its best epoch was scored)")
-            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {r.last_seeds} seeds, "
+            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
                                                  f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
             if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
             if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
