@@ -22,7 +22,7 @@ from .evaluate import overall_score, prediction_path, raw_path
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json
 from .train import load_run, score_dev
-from .phases import run_training, phase_configs
+from .phases import run_training, phase_configs, copy_phase
 from .ensemble import ensemble_runs
 
 # %% auto #0
@@ -514,12 +514,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
         twin = None if resume or eval_tasks else twin_run(cfg, folder, predictions)
         if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
-            tmp = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")   # copied whole, then moved in: never seen half-made
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(twin, tmp, ignore=shutil.ignore_patterns("*.pt", "row.json", ".*"))
-            m = json.loads((tmp/"metrics.json").read_text())
-            m["copied_from"] = str(twin.relative_to(os.path.commonpath([twin, folder.resolve()])))   # e.g. 004-T3-short/seed-0/rows/...
-            write_json(m, tmp/"metrics.json"); folder.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, folder)
+            m = copy_phase(twin, folder, ignore=("*.pt", "row.json", ".*"))   # copied_from e.g. 004-T3-short/seed-0/rows/...
         else: m = run_training(c, progress=progress, resume=resume, twin=twin_phase)   # a phase another row trained: copied
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)

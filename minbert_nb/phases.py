@@ -79,12 +79,13 @@ def _phase_summary(name:str, m:dict, pcfg:TrainConfig) -> dict:
     return dict(name=name, tasks=list(pcfg.tasks), epochs=m.get("epochs"), best_epoch=m.get("best_epoch"),
                 wall_time_s=0.0 if copied else m.get("wall_time_s"), **copied, **{k: m[k] for k in _SCORES if k in m})
 
-def copy_phase(src, dst) -> dict:
-    """Finished phase folder `src` copied to `dst` (its best.pt too, which the next phase starts from; not last.pt), whole and
-    then moved in, so that a half-made copy is never seen; its metrics.json says `copied_from`; returns those metrics"""
+def copy_phase(src, dst, ignore=("last.pt", ".*")) -> dict:
+    """Finished run or phase folder `src` copied to `dst` but for the files matching `ignore` (a phase keeps its best.pt, which
+    the next phase starts from), whole and then moved in, so that a half-made copy is never seen; its metrics.json says
+    `copied_from`; returns those metrics. `minbert_ablate` copies a twin row's whole run with it too"""
     src, dst = Path(src), Path(dst)
     tmp = dst.with_name(f".{dst.name}.tmp-{os.getpid()}"); shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("last.pt", ".*"))
+    shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(*ignore))
     m = json.loads((tmp/"metrics.json").read_text())
     m["copied_from"] = str(src.resolve().relative_to(os.path.commonpath([src.resolve(), dst.resolve()])))   # e.g. 14-ROW/1-mnrl
     write_json(m, tmp/"metrics.json"); dst.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, dst)
