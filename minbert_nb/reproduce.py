@@ -13,8 +13,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 from .core import cli, default_device
 from .data import DataError
+from .config import TrainConfig
+from .phases import phase_configs
 from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, row_record, seed_dir, write_table, _cfg_key,
-                               has_dev_predictions, run_devices, trains_nothing)
+                               _phase_key, has_dev_predictions, run_devices, trains_nothing)
 from .claims import CLAIMS, row_runs, write_report
 
 # %% auto #0
@@ -104,7 +106,9 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
     whose finished run trained a configuration the registry has since changed: delete it to train again), the rows of the same configuration
     (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`: a twin's run
-    on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet)"""
+    on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet);
+    `phase_copies`: the missing seeds of a phased row whose first phase another row of the table trains at that seed
+    (`twin_phase` copies it: only the later phases train), earlier in the same call or already, its best.pt still here"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
         folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
@@ -119,8 +123,10 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
             cfgs = [] if r.ensemble or r.eval_tasks else row_configs(t, r, scale)
             member = t.is_member(r.name)                                  # an ensemble member is copied only with its predictions
             preds = tuple(s for s in done if all(has_dev_predictions(x) for x in row_runs(t, r, seed_dir(folder, s), scale)))
+            ph = phase_configs(TrainConfig(**{k: v for k, v in cfgs[0].items() if k != "preset"})) if len(cfgs) == 1 and cfgs[0].get("phases") else []
+            kept = tuple(s for s in done if ph and any((d/f"1-{ph[0][0]}"/"best.pt").is_file() for d in row_runs(t, r, seed_dir(folder, s), scale)))
             recs.append(dict(table=t.id, row=i, name=r.name, claim=r.name in used, smart=smart, ensemble=bool(r.ensemble),
-                             member=member, preds=preds,
+                             member=member, preds=preds, pkey=_phase_key(ph[0][1]) if len(ph) > 1 else None, kept=kept,
                              key=_cfg_key(cfgs[0]) if len(cfgs) == 1 else None,
                              need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder),
                              dev={s: seed_device(folder, s, device) for s in need}))
@@ -130,13 +136,16 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     # rows in `run_order`), one call at a time
     pos = {t: {n: i for i, n in enumerate(run_order(t))} for t in df["table"].unique()}
     df["order"] = [(ti, pos[t][n]) for ti, t, n in zip(pd.factorize(df["table"])[0], df["table"], df["name"])]   # one seed's order
-    twins, copies = [], []
+    twins, copies, pcopies = [], [], []
     for i, r in df.iterrows():
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
         twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
         copies.append(tuple(s for s in r["missing"] if any(o["dev"].get(s) == r["dev"][s] and (s in (o["preds"] if r["member"] else o["done"])
                                                            or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in g.iterrows())))
-    return df.assign(twins=twins, copies=copies).drop(columns=["key", "order", "member", "preds", "dev"])
+        h = df[(df["table"] == r["table"]) & (df["pkey"] == r["pkey"]) & (df.index != i)] if r["pkey"] is not None else df.iloc[:0]
+        pcopies.append(tuple(s for s in r["missing"] if s not in copies[-1] and any(o["dev"].get(s) == r["dev"][s] and (s in o["kept"]
+                             or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in h.iterrows())))
+    return df.assign(twins=twins, copies=copies, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=None) -> list:
     """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
@@ -166,7 +175,7 @@ def write_plan(plan:pd.DataFrame, path) -> Path:
     "`plan` as CSV at `path` (seeds as `0;1;2`), beside the report: the docs page shows what has not run yet"
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     seeds = lambda x: ";".join(map(str, x))
-    plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "copies")}).to_csv(path, index=False)
+    plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "stale", "copies", "phase_copies") if k in plan}).to_csv(path, index=False)
     return path
 
 
@@ -252,7 +261,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
             df = plan_frame(results, scale, device=device); calls = plan_commands(df, scale, device)
             left = df["missing"].map(len)
             print(f"{int(left.sum())} runs left at scale {scale} ({int(left[df.claim].sum())} for claims' rows, "
-                  f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run) "
+                  f"{int(left[df.smart].sum())} SMART runs; {int(df['copies'].map(len).sum())} of all are copies of a twin row's run, "
+                  f"{int(df['phase_copies'].map(len).sum())} copy their first phase from another row's and train the rest) "
                   f"in {results}; {int(df['done'].map(len).sum())} done")
             for c in calls: print("minbert_ablate " + " ".join(c))
             for t_id, name, s, gone in orphaned(results, scale):
