@@ -108,7 +108,8 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     (`twins`, whose runs `twin_run` copies) and the missing seeds that will be copies, not trainings (`copies`: a twin's run
     on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet);
     `phase_copies`: the missing seeds of a phased row whose first phase another row of the table trains at that seed
-    (`twin_phase` copies it: only the later phases train), earlier in the same call or already, its best.pt still here"""
+    (`twin_phase` copies it: only the later phases train), earlier in the same call or already, its best.pt still here
+    (`phase_twins`: the rows of the table whose first phase is the same)"""
     seeds, recs = tuple(int(s) for s in seeds), []
     for t in TABLES.values():
         folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
@@ -136,16 +137,17 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     # rows in `run_order`), one call at a time
     pos = {t: {n: i for i, n in enumerate(run_order(t))} for t in df["table"].unique()}
     df["order"] = [(ti, pos[t][n]) for ti, t, n in zip(pd.factorize(df["table"])[0], df["table"], df["name"])]   # one seed's order
-    twins, copies, pcopies = [], [], []
+    twins, copies, pcopies, ptwins = [], [], [], []
     for i, r in df.iterrows():
         g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
         twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
         copies.append(tuple(s for s in r["missing"] if any(o["dev"].get(s) == r["dev"][s] and (s in (o["preds"] if r["member"] else o["done"])
                                                            or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in g.iterrows())))
         h = df[(df["table"] == r["table"]) & (df["pkey"] == r["pkey"]) & (df.index != i)] if r["pkey"] is not None else df.iloc[:0]
+        ptwins.append("; ".join(f"{t} / {n}" for t, n in zip(h["table"], h["name"])))
         pcopies.append(tuple(s for s in r["missing"] if s not in copies[-1] and any(o["dev"].get(s) == r["dev"][s] and (s in o["kept"]
                              or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in h.iterrows())))
-    return df.assign(twins=twins, copies=copies, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
+    return df.assign(twins=twins, copies=copies, phase_twins=ptwins, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
 
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=None) -> list:
     """`minbert_ablate` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
@@ -278,6 +280,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                 arg = lambda c, k: c[c.index(k) + 1]
                 print("the same calls as chains of tools/gpu_tables.py run (one each; put a call that copies another table's run after "
                       "that call, in its chain):\n  " + " ".join(f"--chain {arg(c, '--table')}:{arg(c, '--seeds')}:{arg(c, '--rows')}" for c in calls))
+                print("or balanced over parallel chains by their steps, rows that copy from another in its chain: python tools/gpu_tables.py chains "
+                      f"--tables {','.join(dict.fromkeys(arg(c, '--table') for c in calls))} --chains 6")
             if not reproduce: return
             over = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
             if workers > 1: failed = run_calls(calls, workers, over, until=until)

@@ -94,7 +94,8 @@ def test_chains_keep_order_and_balance(tmp_path):
     got = _runs(cs)
     assert sorted((t, s, r) for _, t, s, r in got) == sorted(want - {("002-T2", s, ens) for s in (3, 4, 5)}) and len(want) > 10
     assert after == [f"002-T2:{s}:{ens}" for s in (3, 4, 5)]
-    assert len({i for i, t, s, r in got if r in members and s == 3}) > 1                  # one seed's members on several chains
+    six = _runs(g.chains(["002-T2"], res, k=6)[0])
+    assert len({i for i, t, s, r in six if r in members and s == 3}) > 1                  # one seed's members on several chains
     costs = [c for c, _ in cs]; assert max(costs) - min(costs) <= max(g.row_cost("002-T2", t2.rows[r - 1].name) for r in members)
     got = _runs(g.chains(["002-T2"], res, k=3, ensembles_there=True)[0])                 # each ensemble in its members' chain, after them
     assert sorted((t, s, r) for _, t, s, r in got) == sorted(want)
@@ -102,6 +103,13 @@ def test_chains_keep_order_and_balance(tmp_path):
         e = next(k for k, x in enumerate(got) if x[1:] == ("002-T2", s, ens))
         ms = [k for k, x in enumerate(got) if x[1] == "002-T2" and x[2] == s and x[3] in members]
         assert len(ms) == len(members) and all(k < e and got[k][0] == got[e][0] for k in ms)   # members first, same chain
+    m32, m16 = (t2.rows.index(t2.row(n)) + 1 for n in ("full-model-mnrladddata3-anneal3600-60-1e-05-cos", "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"))
+    assert g.row_cost("002-T2", t2.rows[m16 - 1].name, first_phase=False) < g.row_cost("002-T2", t2.rows[m16 - 1].name) == g.row_cost("002-T2", t2.rows[m32 - 1].name)
+    for ens_there in (False, True):                              # the MNRL rows: the second copies the first's MNRL phase, so it runs
+        got = _runs(g.chains(["002-T2"], res, k=6, ensembles_there=ens_there)[0])   # after it, in its chain, at each seed
+        for s in (3, 4, 5):
+            a, b = (next(k for k, x in enumerate(got) if x[1:] == ("002-T2", s, r)) for r in (m32, m16))
+            assert a < b and got[a][0] == got[b][0], (s, got)
     cs, after = g.chains(["004-T3", "004-T4"], tmp_path / "none", k=4)     # 004-T4's rows 1-5 copy 004-T3's lambda-5 rows
     p = plan_frame(tmp_path / "none", device="cuda"); p = p[p.table.isin(["004-T3", "004-T4"])]
     cost = sum(0 if s in cp else g.row_cost(t, n) for t, n, m, cp in zip(p.table, p.name, p.missing, p.copies) for s in m)

@@ -172,10 +172,11 @@ def run(a):
     print(f"done in {summary['wall_s']:.0f} s: {ok} new rows ok of {len(rows)}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
     return summary
 
-def row_cost(table_id:str, name:str, scale:str="short") -> float:
+def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -> float:
     """What training a row costs, in plain 720-step runs: its task batches over all its runs and phases (epochs x steps a epoch,
     240 where a config reads all its data, x the tasks of a step with the simultaneous sampler) / 720, times 3 for SMART (three
-    forwards a batch); 0 for an ensemble (it combines predictions). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
+    forwards a batch); 0 for an ensemble (it combines predictions); without its first phase where `first_phase` is False
+    (copied from another row's run: `twin_phase`). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
     59-73 min each, rows 1-3 (1.0) 14-23 min"""
     from minbert_nb.ablate import TABLES, row_configs
     from minbert_nb.config import TrainConfig
@@ -185,7 +186,7 @@ def row_cost(table_id:str, name:str, scale:str="short") -> float:
     steps = 0
     for cfg in row_configs(t, row, scale):
         c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
-        for p in ([pc for _, pc in phase_configs(c)] if c.phases else [c]):
+        for p in ([pc for _, pc in phase_configs(c)][0 if first_phase else 1:] if c.phases else [c]):
             per = len(p.tasks) if p.sampler == "simultaneous" else 1         # a simultaneous step: a batch of every task
             steps += (p.epochs or 1) * (p.steps_per_epoch or 240) * per * (3 if p.smart_weight else 1)
     return round(steps / 720, 2)
@@ -193,7 +194,8 @@ def row_cost(table_id:str, name:str, scale:str="short") -> float:
 def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
     """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
     at most `k` chains for `run`, balanced by cost (`row_cost`). Rows that must run in order stay in one chain, in order: a copy
-    after the twin it copies (and with `ensembles_there`, an ensemble after its members); every other group runs beside the rest
+    after the twin it copies, a row that copies its first phase after the row that trains it (seed 002's MNRL rows), and with
+    `ensembles_there`, an ensemble after its members; every other group runs beside the rest
     (two calls on one seed folder at once are fine: each writes its own rows, and `land` writes the tables again). By default the
     ensembles stay out of the chains: their members spread over all of them (seed 002's 5-ensemble alone has 21 runs' worth of
     members a seed), `run --predictions` brings the members' dev predictions back, and the ensembles combine here after `land`
@@ -207,10 +209,11 @@ def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", 
     for _, r in plan.iterrows():
         for s in r["missing"]:
             if seed_device(r["out"], s, device) != device: continue     # that seed began elsewhere: it waits for that device
-            copy = s in r["copies"]
+            copy, half = s in r["copies"], s in r["phase_copies"]
             if r["ensemble"] and not ensembles_there: after.setdefault((r["table"], s), []).append(r["row"]); continue
-            nodes[(r["table"], s, r["name"])] = dict(row=r["row"], copy=copy, ensemble=r["ensemble"], cost=0 if copy else row_cost(r["table"], r["name"], scale),
-                                                    twins=[tuple(x.split(" / ", 1)) for x in r["twins"].split("; ") if x])
+            nodes[(r["table"], s, r["name"])] = dict(row=r["row"], copy=copy, ensemble=r["ensemble"],
+                                                    cost=0 if copy else row_cost(r["table"], r["name"], scale, first_phase=not half),
+                                                    twins=[tuple(x.split(" / ", 1)) for x in f"{r['twins']}; {r['phase_twins']}".split("; ") if x])
     find = lambda x: x if parent.get(x, x) == x else find(parent[x])
     def union(a, b): parent[find(a)] = find(b)
     for (t, s, n), v in nodes.items():
