@@ -474,9 +474,11 @@ def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
 
 def _phase_key(pcfg:TrainConfig) -> str:
     """A phase's configuration as comparable text (`_cfg_key`), less what that phase does not read: a contrastive-only phase
-    (seed 002's MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch)"""
+    (seed 002's MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch);
+    a phase of one task (seed 004's Quora pretraining) has no second gradient for PCGrad to project against: `pcgrad` is plain training there"""
     d = json.loads(_cfg_key(asdict(pcfg)))
     if pcfg.contrastive_only and not ("prefix" in pcfg.peft and pcfg.prefix_init != "random"): d.pop("batch_size")
+    if len(pcfg.tasks) == 1: d.pop("pcgrad")
     return json.dumps(d, sort_keys=True)
 
 def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
