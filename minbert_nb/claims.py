@@ -20,8 +20,9 @@ from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, o
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
            'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
-           'scale_caveat', 'run_compute', 'table_setting', 'evaluate', 'claims_frame', 'fake_run', 'plot_claims',
-           'compute_text', 'selection_text', 'report_markdown', 'write_report']
+           'scale_caveat', 'run_compute', 'table_setting', 'seed_device', 'by_device', 'evaluate', 'claims_frame',
+           'fake_run', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'report_markdown',
+           'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -431,21 +432,44 @@ def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
     return out + (f"; first, the finished members of {', '.join(lost)} that lost their dev predictions train again (`minbert_ablate --plan` "
                   "names them)" if lost else "")
 
+def _f(v, percent:bool=False) -> str:
+    "A difference as the report prints it: percentage points (seed 000) to 2 decimals, scores in [0, 1] to 4; '–' for none"
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
+
+def seed_device(runs) -> str:
+    """The device a seed's runs trained on, from their metrics.json (`cpu`, `cuda`, ...; `cpu+cuda` if they mix, '' if none says):
+    an ensemble records none and follows its members, which do"""
+    return "+".join(sorted({d for r in runs if (d := _json(Path(r)/"metrics.json").get("device"))}))
+
 def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
-    "Claim `c`'s A − B at each seed of table folder `info` where every row of both sides has a value (`row_value` `at`), and the runs behind A and B"
-    diffs, ar, br = [], [], []
+    """Claim `c`'s A − B at each seed of table folder `info` where every row of both sides has a value (`row_value` `at`), the runs
+    behind A and B, and each of those seeds with its device (`seed_device`)"""
+    diffs, ar, br, where = [], [], [], []
     for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
         va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale"), at) for n in side] for side in (c.a, c.b))
         if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
         diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb]))
-        ar += [r for _, rs in va for r in rs]; br += [r for _, rs in vb for r in rs]
-    return diffs, ar, br
+        ra, rb = [r for _, rs in va for r in rs], [r for _, rs in vb for r in rs]
+        ar += ra; br += rb; where.append((s, seed_device(ra + rb)))
+    return diffs, ar, br, where
+
+def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
+    """Where a claim's seeds trained on more than one device (each seed's rows on one): its difference, interval and verdict read
+    on each device's seeds alone, as the report prints them, and those verdicts (('', '') when one device holds every seed)"""
+    devs = list(dict.fromkeys(d for _, d in where))
+    if len(devs) < 2: return "", ""
+    text, verdicts = [], []
+    for dev in devs:
+        ds = [x for x, (_, d) in zip(diffs, where) if d == dev]; m, lo, hi = paired_ci(ds); v = verdict(lo, hi, sign, len(ds))
+        seeds = ", ".join(str(s) for s, d in where if d == dev); verdicts.append(v)
+        text.append(f"{dev or 'device not recorded'} (seeds {seeds}): {_f(m, percent)} [{_f(lo, percent)}, {_f(hi, percent)}], {v}")
+    return "; ".join(text), ";".join(verdicts)
 
 def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
-    diffs, ar, br = _paired(c, t, info)
+    diffs, ar, br, where = _paired(c, t, info)
     m, lo, hi = paired_ci(diffs)
     last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
@@ -455,11 +479,13 @@ def evaluate(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|Non
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
-                last_verdict=verdict(llo, lhi, c.sign, len(last)) if last or not diffs else "not read")
+                last_verdict=verdict(llo, lhi, c.sign, len(last)) if last or not diffs else "not read",
+                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent))))
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
     """Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder, and the same
-    difference read at each run's last epoch: last_diff, last_low, last_high, last_seeds, last_verdict) from the run folders under `results`"""
+    difference read at each run's last epoch: last_diff, last_low, last_high, last_seeds, last_verdict; and `by_device` and
+    `device_verdicts`, where its seeds trained on several devices) from the run folders under `results`"""
     found, claims = table_folders(results), claims or CLAIMS
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([evaluate(c, found, root, scale, setting[c.table]) for c in claims.values()])
@@ -489,10 +515,6 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
-def _f(v, percent:bool=False) -> str:
-    "A difference as the report prints it: percentage points (seed 000) to 2 decimals, scores in [0, 1] to 4; '–' for none"
-    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
-
 def compute_text(runs) -> str:
     "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
     c = run_compute(runs)
@@ -514,6 +536,18 @@ def selection_text(df:pd.DataFrame) -> str:
             + (f". {_n(len(run) - len(read), 'claim')} cannot be read so: ensembles (their members' predictions are best-epoch ones) and scores of "
                "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else "."))
 
+def device_text(df:pd.DataFrame) -> str:
+    """The report's paragraph on devices, where claims rest on seeds trained on more than one (each seed's rows on one device, never
+    mixed): how many keep their verdict when each device's seeds are read alone, and every reading of those that do not ('' if none)"""
+    if "by_device" not in df: return ""
+    multi = df[df["by_device"].fillna("").astype(bool)]
+    if multi.empty: return ""
+    kept = [set(r.device_verdicts.split(";")) == {r.verdict} for r in multi.itertuples()]
+    return (f"Devices: {_n(len(multi), 'claim')} rest{'s' * (len(multi) == 1)} on seeds trained on more than one device (each seed's rows on one: CPU and GPU "
+            "runs differ in their kernels, not in their configuration). Read on each device's seeds alone, "
+            f"{sum(kept)} of the {len(multi)} keep their verdict on every device"
+            + "".join(f"; {r.claim} ({r.verdict} over all {r.seeds} seeds): {r.by_device}" for r, k in zip(multi.itertuples(), kept) if not k) + ".")
+
 def report_markdown(df:pd.DataFrame, compute:str="") -> str:
     "report.md: verdict counts (and `compute`, what the runs behind them cost), then per table its figure and each claim with its evidence"
     counts = df["verdict"].value_counts()
@@ -521,7 +555,7 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
            + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
            f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", "",
-           *([selection_text(df), ""] if "last_verdict" in df else [])]
+           *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![{t}](figures/{t}.png)", "", f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
@@ -536,6 +570,7 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
                                                                "only its best epoch was scored)")
             elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
                                                  f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
+            if r.get("by_device"): out.append(f"- by device, each on its own seeds: {r.by_device}")
             if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
             if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
             if r.note: out.append(f"- note: {r.note}")
