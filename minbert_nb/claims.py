@@ -15,14 +15,13 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, our_value, _merge, has_dev_predictions, hw_label, train_files, run_phases
+from .ablate import TABLES, PaperTable, Row, row_dir, row_record, row_configs, our_value, _merge, has_dev_predictions, hw_label, train_files, run_phases, run_devices
 
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'Claim', 'claim', 'differs_text', 'paired_ci',
            'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
-           'scale_caveat', 'run_compute', 'table_setting', 'seed_device', 'by_device', 'evaluate', 'claims_frame',
-           'fake_run', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'report_markdown',
-           'write_report']
+           'scale_caveat', 'run_compute', 'table_setting', 'by_device', 'evaluate', 'claims_frame', 'fake_run',
+           'plot_claims', 'compute_text', 'selection_text', 'device_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16a_claims.ipynb #4515183f
 @dataclass
@@ -436,21 +435,21 @@ def _f(v, percent:bool=False) -> str:
     "A difference as the report prints it: percentage points (seed 000) to 2 decimals, scores in [0, 1] to 4; '–' for none"
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
 
-def seed_device(runs) -> str:
-    """The device a seed's runs trained on, from their metrics.json (`cpu`, `cuda`, ...; `cpu+cuda` if they mix, '' if none says):
-    an ensemble records none and follows its members, which do"""
-    return "+".join(sorted({d for r in runs if (d := _json(Path(r)/"metrics.json").get("device"))}))
+def _seed_device(runs) -> str:
+    """The device type a seed's runs trained on (`run_devices`; 'cpu+cuda' if they mix, '' if none says): an ensemble records
+    none and follows its members, which do"""
+    return "+".join(sorted(set().union(*(run_devices(r) for r in runs))))
 
 def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
     """Claim `c`'s A − B at each seed of table folder `info` where every row of both sides has a value (`row_value` `at`), the runs
-    behind A and B, and each of those seeds with its device (`seed_device`)"""
+    behind A and B, and each of those seeds with the device its runs trained on"""
     diffs, ar, br, where = [], [], [], []
     for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
         va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale"), at) for n in side] for side in (c.a, c.b))
         if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
         diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb]))
         ra, rb = [r for _, rs in va for r in rs], [r for _, rs in vb for r in rs]
-        ar += ra; br += rb; where.append((s, seed_device(ra + rb)))
+        ar += ra; br += rb; where.append((s, _seed_device(ra + rb)))
     return diffs, ar, br, where
 
 def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
