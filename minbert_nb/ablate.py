@@ -21,6 +21,7 @@ from .peft import plot_frontier
 from .evaluate import overall_score, prediction_path, raw_path
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json
+from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
 from .train import load_run, score_dev
 from .phases import run_training, phase_configs, copy_phase
 from .ensemble import ensemble_runs
@@ -513,7 +514,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         folder.mkdir(parents=True, exist_ok=True); write_json(asdict(c), folder/"config.json"); write_json(m, folder/"metrics.json")
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
-        if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint: start again
+        if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint (in this table's folder): start again
         twin = None if resume or eval_tasks else twin_run(cfg, folder, predictions)
         if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
             m = copy_phase(twin, folder, ignore=("*.pt", "row.json", ".*"))   # copied_from e.g. 004-T3-short/seed-0/rows/...
@@ -564,9 +565,21 @@ def _same_as(row:Row, rec:dict, other:dict) -> dict:
                 note=f"same run as {row.same_as}: {row.note}".rstrip(": "))
 
 def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=True, keep_checkpoints:bool=False, **overrides) -> dict:
-    "Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done)"
+    """Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done).
+    The row's folder is this process's alone meanwhile (`08e_folders`; its lock file beside it, since a copied twin's run is
+    moved in whole): a second process on the same row is refused, naming the first"""
     folder = row_dir(out, table, row)
     if (done := row_record(out, table, row)) is not None: return done
+    if held(folder): return _run_row(table, row, out, scale, progress, keep_checkpoints, **overrides)
+    lock_folder(folder, lock=folder.parent/f".{folder.name}.lock")
+    try:
+        if folder.is_dir(): remove_orphans(folder)   # a killed write's temporary files
+        return _run_row(table, row, out, scale, progress, keep_checkpoints, **overrides)
+    finally: unlock_folder(folder)
+
+def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
+    folder = row_dir(out, table, row)
+    if (done := row_record(out, table, row)) is not None: return done   # (finished by another process before this one held it)
     rec = dict(table=table.id, row=row.name, scale=scale, note=row.note, folder=str(folder))
     if row.same_as:                                   # minbert_nb builds this row exactly like another one: reuse that run
         other = run_row(table, table.row(row.same_as), out, scale, progress, keep_checkpoints, **overrides)
@@ -769,7 +782,9 @@ def _select(table:PaperTable, rows) -> list:
     return [table.rows[i - 1] for i in idx]
 
 def _check_out(out:Path, want:dict):
+    "`out` is new, or a table folder of the same table, scale and backbone (its ablate.json); nothing else is written into"
     f = out/"ablate.json"
+    if not f.is_file(): check_new_folder(out, "ablate")
     if f.is_file():
         have = json.loads(f.read_text())
         diff = {k: (have.get(k), v) for k, v in want.items() if have.get(k) != v}

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/checkpoint.html.md"""
 
 # %% ../nbs/08a_checkpoint.ipynb #c790413e
 from __future__ import annotations
-import json, os, pickle, random, re, signal, warnings
+import errno, json, os, pickle, random, re, shutil, signal, warnings
 from pathlib import Path
 import numpy as np
 import torch
@@ -32,6 +32,21 @@ def to_plain(o, json:bool=False):
 class UnsafeCheckpointError(RuntimeError):
     "A checkpoint that carries objects other than tensors and plain values: loading it could run code, so it is refused"
 
+def _write_failed(path:Path, e:Exception) -> OSError:
+    """The one-line error of a failed write of `path`: a full disk says so (torch's own message for it is
+    `[enforce fail at inline_container.cc] unexpected pos`), names the file, and says that its previous version is intact"""
+    code = getattr(e, "errno", None)
+    full = code in (errno.ENOSPC, errno.EDQUOT) or (isinstance(e, RuntimeError) and re.search(r"unexpected pos|file write failed", str(e)))
+    try: free = f"{shutil.disk_usage(path.parent).free / 1e6:,.0f} MB free there"
+    except OSError: free = "free space unknown"
+    prev = f"the previous {path.name} is intact" if path.exists() else f"no earlier {path.name} was there"
+    why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    err = OSError(f"no space left on device: writing {path} failed ({free}); {prev}. Free some space (or choose a folder on "
+                  "another disk) and run the command again." if full else
+                  f"{path}: could not be written ({why}); {prev}. Check that the folder is writable.")
+    err.errno = errno.ENOSPC if full else (code or errno.EIO)   # (set apart: str(err) is the message alone, no "[Errno 28]")
+    return err
+
 def atomic_save(obj, path) -> Path:
     "`torch.save` `obj` (made plain by `to_plain`) to `path` atomically: temporary file, fsync, rename, fsync of the folder"
     path, obj = Path(path), to_plain(obj); path.parent.mkdir(parents=True, exist_ok=True)
@@ -40,8 +55,9 @@ def atomic_save(obj, path) -> Path:
         with open(tmp, "wb") as f:
             torch.save(obj, f); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
+    except (OSError, RuntimeError) as e: raise _write_failed(path, e) from None
     finally:
-        if tmp.exists(): tmp.unlink()
+        if tmp.exists() or tmp.is_symlink(): tmp.unlink()
     try:
         fd = os.open(path.parent, os.O_RDONLY); os.fsync(fd); os.close(fd)
     except OSError: pass            # some file systems cannot fsync a folder
@@ -54,8 +70,9 @@ def atomic_write_text(path, text:str) -> Path:
     try:
         with open(tmp, "w") as f: f.write(text); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e: raise _write_failed(path, e) from None
     finally:
-        if tmp.exists(): tmp.unlink()
+        if tmp.exists() or tmp.is_symlink(): tmp.unlink()
     return path
 
 def write_json(obj, path) -> Path:
@@ -120,7 +137,14 @@ class GracefulStop:
         return False
 
 class TrainingInterrupted(Exception):
-    "Raised by the training loop after it saved a checkpoint because a stop was requested"
+    "Raised by the training loop after it saved a checkpoint because a stop was requested; `signal` names what asked (SIGINT, SIGTERM, ...)"
+    def __init__(self, msg:str="", signal:str|None=None): super().__init__(msg); self.signal = signal
+
+    @property
+    def exit_code(self) -> int:
+        "The exit status of a command it stopped: 128 + the signal's number, as a shell reports a process a signal ended (130 for SIGINT, 143 for SIGTERM); 1 otherwise"
+        try: return 128 + int(getattr(signal.Signals, self.signal))
+        except (AttributeError, TypeError): return 1
 
 # %% ../nbs/08a_checkpoint.ipynb #1b568873
 RESUME_FREE_FIELDS = ("out", "device", "data_dir", "preset", "predict_test", "save_checkpoint", "checkpoint_every", "eval_batch_size", "download", "dry_run",

@@ -18,6 +18,7 @@ from .peft import format_params
 from .multitask import MultitaskBert
 from .train import dist_env, load_run, score_dev, predict, amp_dtype
 from .phases import run_training
+from .folders import expand, OutputFolder, check_new_folder
 
 # %% auto #0
 __all__ = ['dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
@@ -33,10 +34,11 @@ def _check_hardware(cfg:TrainConfig):
 
 def dry_run(cfg:TrainConfig) -> dict:
     "Build the model of `cfg` (no data, no training), write `RUN_DIR/params.json` and print the counts"
-    run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-dry-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-dry-{time.strftime('%Y%m%d-%H%M%S')}")
     model = MultitaskBert(cfg.model_config())
     r = model.param_report()
-    write_json(r, run/"params.json")
+    with OutputFolder(run, "dry_run", reuse=("dry_run",)) as f:   # a new folder, or an earlier dry run's (08e_folders)
+        write_json(r, run/"params.json"); f.started = True
     print(f"{backbone_name(cfg.backbone)}{' (random init)' if cfg.random_init else ''} | peft {cfg.peft} | "
           f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
     return r
@@ -45,14 +47,19 @@ def minbert_train(argv=None):
     "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"
     cfg, resume = parse_train_args(argv)
     try:
+        if cfg.out and not resume and not cfg.dry_run and dist_env()[0] == 0: check_new_folder(cfg.out, "train")   # before any work
         _check_hardware(cfg)
         if cfg.dry_run: dry_run(cfg); return
         if dist_env()[0] == 0:   # fetch what the run lacks (rank 0 only under torchrun), or stop with one message that says how
             opt = ("test",) if cfg.predict_test else ()   # test files are fetched when possible; a run never needs them
             cfg = dataclasses.replace(cfg, data_dir=str(ensure_data(cfg.data_dir, cfg.tasks, ("train", "dev"), download=cfg.download, optional=opt)))
         run_training(cfg, resume=resume)
-    except TrainingInterrupted as e: print(f"minbert_train: stopped. {e}"); return
-    except (DataError, FileNotFoundError, FileExistsError, ValueError, RuntimeError, FloatingPointError) as e:
+    except TrainingInterrupted as e:     # a checkpoint is saved; the exit status says the run did not finish (130 Ctrl-C, 143 SIGTERM)
+        print(f"minbert_train: stopped. {e}", flush=True); sys.exit(e.exit_code)
+    except KeyboardInterrupt:            # Ctrl-C before the training loop (reading data, building the model): nothing to save yet
+        print("minbert_train: stopped by Ctrl-C before training began; nothing was trained. Run the same command again to start.",
+              file=sys.stderr); sys.exit(130)
+    except (DataError, OSError, ValueError, RuntimeError, FloatingPointError) as e:   # OSError: a full disk, a folder in use...
         sys.exit(f"minbert_train: {e}")
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_train()   # python -m / torchrun -m minbert_nb.commands
@@ -64,14 +71,17 @@ def minbert_eval(run_dir:str,      # a minbert_train run folder
                  data_dir:str=None, # data folder (default: the run's)
                  device:str=None):  # cpu | cuda | mps (default: the best available)
     "Score a saved minbert_train run on the full dev sets; writes RUN_DIR/eval.json"
+    run_dir = expand(run_dir)
     try:
         model, cfg = load_run(run_dir, device)
-        if data_dir: cfg = dataclasses.replace(cfg, data_dir=data_dir)
+        if data_dir: cfg = dataclasses.replace(cfg, data_dir=str(expand(data_dir)))
         m = score_dev(model, dataclasses.replace(cfg, dev_limit=None), progress=True)   # the full dev sets
-    except (DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_eval: {e}")
+    except (DataError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_eval: {e}")
     m.update(split="dev", run=str(run_dir))
-    write_json(m, Path(run_dir)/"eval.json")
-    print(" ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) + f" -> {Path(run_dir)/'eval.json'}")
+    print(" ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)), flush=True)   # the scores first: a failed write keeps them
+    try: write_json(m, run_dir/"eval.json")
+    except OSError as e: sys.exit(f"minbert_eval: the scores above were not saved: {e}")
+    print(f"-> {run_dir/'eval.json'}")
 
 @cli
 def minbert_predict(run_dir:str,          # a minbert_train run folder
@@ -79,11 +89,14 @@ def minbert_predict(run_dir:str,          # a minbert_train run folder
                     device:str=None,      # cpu | cuda | mps (default: the best available)
                     splits:str="dev,test"): # comma-separated splits
     "Write the CS224N prediction files of a saved minbert_train run (RUN_DIR/predictions)"
+    run_dir, want = expand(run_dir), tuple(s.strip() for s in splits.split(",") if s.strip())
+    if not want or (bad := [s for s in want if s not in ("dev", "test")]):
+        sys.exit(f"minbert_predict: --splits {splits!r}: expected dev, test or dev,test (CS224N's prediction files).")
     try:
         model, cfg = load_run(run_dir, device)
-        if data_dir: cfg = dataclasses.replace(cfg, data_dir=data_dir)
+        if data_dir: cfg = dataclasses.replace(cfg, data_dir=str(expand(data_dir)))
         dev = next(model.parameters()).device
-        out = predict(model, cfg, load_tokenizer(cfg.backbone), Path(run_dir), dev, amp_dtype(cfg, dev), tuple(splits.split(",")))
-    except (DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
+        out = predict(model, cfg, load_tokenizer(cfg.backbone), run_dir, dev, amp_dtype(cfg, dev), want)
+    except (DataError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
     for k, v in out.items(): print(f"{k}: {v}")
 

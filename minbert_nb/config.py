@@ -6,16 +6,19 @@ Docs: https://minbert-nb.github.io/minbert_nb/config.html.md"""
 
 # %% ../nbs/08c_config.ipynb #b5c82fba
 from __future__ import annotations
-import argparse, json, types, typing
+import argparse, contextvars, functools, json, os, types, typing
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from .core import arg_parser, add_arg
-from .multitask import ModelConfig
+from .core import arg_parser, add_arg, BertConfig
+from .pretrained import is_embedded, embedded_backbone_path, KNOWN_CONFIGS, CheckpointError
+from .optimizer import SCHEDULES
+from .multitask import ModelConfig, TASK_OUTPUTS, MODEL_RANGES, PEFT_RANGES, Range, COUNT, check_ranges
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig
 
 # %% auto #0
-__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS', 'parse_tasks', 'TrainConfig',
-           'saved_config', 'preset_config', 'config_fields', 'config_from_args', 'parse_train_args']
+__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'TRAIN_RANGES', 'FIELD_RANGES', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS',
+           'parse_tasks', 'backbone_positions', 'TrainConfig', 'saved_config', 'preset_config', 'config_fields',
+           'config_from_args', 'parse_train_args']
 
 # %% ../nbs/08c_config.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
@@ -24,6 +27,53 @@ TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' 
 def parse_tasks(v) -> tuple:
     "Task names as a tuple, from a comma list (`'sst,para'`, as on the command line) or any sequence"
     return tuple(t.strip() for t in v.split(",")) if isinstance(v, str) else tuple(v)
+
+# The values each numeric field of the run may take (the model's and the PEFT modules' are in MODEL_RANGES and PEFT_RANGES);
+# max_length is also bounded by the backbone's position table (`backbone_positions`)
+_LR, _WEIGHT = Range(0, note="a learning rate"), Range(0, note="a weight; 0 turns it off")
+TRAIN_RANGES = dict(
+    seed=Range(0, 2**32 - 1, note="numpy's seeds"), max_length=Range(3, note="tokens per sequence: [CLS], [SEP] and one more"),
+    batch_size=COUNT, eval_batch_size=COUNT, train_limit=COUNT, dev_limit=COUNT, phrase_min_tokens=COUNT, phrases_per_epoch=COUNT,
+    steps_per_epoch=COUNT, epochs=COUNT, lr_backbone=_LR, lr_heads=_LR, lr_adapters=_LR,
+    layer_decay=Range(0, 1, "(]", note="1 turns it off, 0.8-0.95 is usual"), weight_decay=Range(0, note="AdamW's decoupled decay"),
+    warmup=Range(0, note="a fraction of the steps, or a step count if > 1"), grad_clip=Range(0, note="a gradient norm; 0 or null: no clipping"),
+    grad_accum=COUNT, pad_multiple=COUNT,
+    mnrl_weight=_WEIGHT, mnrl_scale=Range(0, ends="()", note="the scale of the cosines"), sts_cosent=_WEIGHT, contrastive_weight=_WEIGHT,
+    contrastive_batch=Range(2, note="each pair's negatives are the batch's other pairs"), contrastive_every=COUNT,
+    para_prior=Range(0, 1, "()", noun="a rate", note="Quora's share of duplicates"),
+    smart_weight=_WEIGHT, smart_eps=Range(0, note="a radius"), smart_step=Range(0, note="a step size"), smart_iters=COUNT,
+    smart_noise=Range(0, note="a standard deviation"), bpp_weight=_WEIGHT, bpp_beta=Range(0, 1, "[)", note="a momentum"),
+    grad_conflicts_every=COUNT, grad_conflicts_batches=COUNT, ema=Range(0, 1, "[)", note="a decay; 0 turns it off"),
+    distill_weight=_WEIGHT, distill_temp=Range(0, ends="()", note="a temperature"), sync_every=COUNT,
+    checkpoint_every=Range(0, note="optimizer steps; 0: at epoch ends only"))
+FIELD_RANGES = {**PEFT_RANGES, **MODEL_RANGES, **TRAIN_RANGES}   # every numeric field of TrainConfig
+
+def _positions(config_json) -> int|None:
+    try: return int(json.loads(Path(config_json).read_text()).get("max_position_embeddings", BertConfig.max_position_embeddings))
+    except (OSError, ValueError, TypeError, AttributeError): return None
+
+@functools.cache
+def _embedded_positions() -> int|None:
+    try: return _positions(embedded_backbone_path()/"config.json")
+    except CheckpointError: return None
+
+def backbone_positions(backbone) -> int|None:
+    """Length of `backbone`'s position table when its config can be read offline without the weights (the embedded MiniLM, a
+    local folder's config.json, a hub id of `KNOWN_CONFIGS`), else None (another hub id: checked when the model is built)"""
+    if is_embedded(backbone): return _embedded_positions()
+    if (folder := Path(str(backbone)).expanduser()).exists(): return _positions(folder/"config.json")
+    if str(backbone) in KNOWN_CONFIGS: return BertConfig(**KNOWN_CONFIGS[str(backbone)]).max_position_embeddings
+    return None
+
+_FIT_BACKBONE = contextvars.ContextVar("fit_backbone", default=True)   # off while `saved_config` reads a finished run
+
+def _home(s):
+    "`s` with a leading `~` expanded to the home folder, as a shell would (other values unchanged)"
+    return os.path.expanduser(s) if isinstance(s, str) and s.startswith("~") else s
+
+def _shown(v) -> str:
+    try: return json.dumps(v)
+    except (TypeError, ValueError): return repr(v)
 
 @dataclass
 class TrainConfig(ModelConfig):
@@ -115,13 +165,17 @@ class TrainConfig(ModelConfig):
     def __post_init__(self):
         self.tasks = parse_tasks(self.tasks)
         self._check_types()
-        super().__post_init__()   # the model's fields and its PEFT settings
+        self._expand_home()
+        super().__post_init__()   # the model's fields and its PEFT settings, their ranges included
+        check_ranges(self, TRAIN_RANGES)
+        if _FIT_BACKBONE.get() and (n := backbone_positions(self.backbone)) and self.max_length > n:
+            raise ValueError(f"--max_length {self.max_length}: expected a whole number in [{TRAIN_RANGES['max_length'].lo}, {n}] (the backbone's "
+                             f"position table: {n} tokens; a cross-encoder pair counts both sentences).")
         if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
+        if self.schedule not in SCHEDULES: raise ValueError(f"--schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}.")
         if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
-        if self.pad_multiple is not None and self.pad_multiple < 1: raise ValueError(f"pad_multiple={self.pad_multiple}: expected at least 1 (or null: automatic).")
         if self.compile_mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
             raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")
-        if not 0 < self.layer_decay <= 1: raise ValueError(f"layer_decay={self.layer_decay}: expected a value in (0, 1]; 1 turns it off, 0.8-0.95 is usual.")
         if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
         bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
@@ -133,8 +187,6 @@ class TrainConfig(ModelConfig):
         if self.distill_from and not self.distill_weight:
             raise ValueError(f"distill_from={self.distill_from!r} is set but distill_weight is 0, so the teachers would be loaded and ignored; "
                              "give --distill_weight (e.g. 1.0), or drop --distill_from.")
-        if self.distill_weight < 0 or self.distill_temp <= 0:
-            raise ValueError(f"distill_weight={self.distill_weight}, distill_temp={self.distill_temp}: expected a weight >= 0 and a temperature > 0.")
         if self.quora_implied not in (None, "both", "duplicates", "non-duplicates"):
             raise ValueError(f"quora_implied={self.quora_implied!r}: expected both, duplicates or non-duplicates (or leave it out).")
         if self.contrastive_only and not self.contrastive_weight:
@@ -143,8 +195,23 @@ class TrainConfig(ModelConfig):
             raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
                              f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
                              "(the step would be plain training). Add --sampler simultaneous, or drop --pcgrad.")
-        for k in ("epochs", "batch_size", "grad_accum", "phrase_min_tokens", "contrastive_batch", "contrastive_every", "grad_conflicts_every", "grad_conflicts_batches"):
-            if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
+        if self.pcgrad and self.phases is None and len(set(self.tasks) | set(self.model_tasks or ())) < 2:   # a phase: model_tasks are the run's
+            raise ValueError(f"--pcgrad: PCGrad projects the gradients of different tasks against each other, and this run trains one task "
+                             f"({', '.join(self.tasks)}), so there is nothing to project; drop --pcgrad, or train two tasks or more (--tasks).")
+        for name in ("upweight", "task_weights"):   # a key that names no task would be ignored
+            for t, w in (getattr(self, name) or {}).items():
+                if t not in TASK_OUTPUTS:
+                    raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASK_OUTPUTS)}.")
+                if w not in _WEIGHT: raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t}: expected a number >= 0 (a weight).")
+
+    def _expand_home(self):
+        "A leading `~` in the paths (out, data_dir, a backbone folder, distill_from's entries, a phases file, extra_train's paths) is the home folder"
+        self.out, self.data_dir, self.backbone = _home(self.out), _home(self.data_dir), _home(self.backbone)
+        if isinstance(self.phases, str): self.phases = _home(self.phases)   # a file; a JSON list starts with [
+        if self.distill_from and any(s.strip().startswith("~") for s in self.distill_from.split(",")):
+            self.distill_from = ",".join(_home(s.strip()) for s in self.distill_from.split(","))
+        if self.extra_train and any(isinstance(e, dict) and _home(e.get("path")) != e.get("path") for e in self.extra_train):
+            self.extra_train = [dict(e, path=_home(e["path"])) if isinstance(e, dict) and "path" in e else e for e in self.extra_train]
 
     def _check_types(self):
         "Refuse values of the wrong type (config files and flags are user input); ints become floats and lists tuples"
@@ -177,9 +244,12 @@ class TrainConfig(ModelConfig):
 LEGACY_FIELDS = {"adapter_layernorm": "shared", "pal_heads": None}
 
 def saved_config(d:dict) -> TrainConfig:
-    "The `TrainConfig` of a saved run (its config.json, or a checkpoint's `config`): known fields, `LEGACY_FIELDS` where it predates them"
-    names = {f.name for f in fields(TrainConfig)}
-    return TrainConfig(**{**LEGACY_FIELDS, **{k: v for k, v in d.items() if k in names}})
+    """The `TrainConfig` of a saved run (its config.json, or a checkpoint's `config`): known fields, `LEGACY_FIELDS` where it
+    predates them. Every range is checked but the backbone's position table: a run saved before that check, with a longer
+    `max_length`, trained on texts that fit (its model truncates at the table when it reads longer ones)"""
+    names, tok = {f.name for f in fields(TrainConfig)}, _FIT_BACKBONE.set(False)
+    try: return TrainConfig(**{**LEGACY_FIELDS, **{k: v for k, v in d.items() if k in names}})
+    finally: _FIT_BACKBONE.reset(tok)
 
 # %% ../nbs/08c_config.ipynb #1ec23cbe
 PRESETS = {
@@ -278,6 +348,22 @@ def config_fields() -> list:
     docs = {k: v for c in (*bases[::-1], TrainConfig) for k, v in docments(c).items() if v}   # each field's inline comment
     return [(by[n], docs.get(n)) for n in order]
 
+_JSON_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false", type(None): "null"}
+
+def _read_fields(path:Path, fix:str) -> dict:
+    "The JSON object of fields in file `path`, else a one-line `ValueError` naming the file, what is wrong, and `fix` (what to do)"
+    try: text = path.read_text()
+    except FileNotFoundError: raise ValueError(f"{path}: not found; {fix}") from None
+    except IsADirectoryError: raise ValueError(f"{path}: a folder, not a JSON file; {fix}") from None
+    except UnicodeDecodeError: raise ValueError(f"{path}: not text (it is not UTF-8); {fix}") from None
+    except OSError as e: raise ValueError(f"{path}: cannot be read ({e.strerror or type(e).__name__}); {fix}") from None
+    try: d = json.loads(text)
+    except json.JSONDecodeError as e: raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); {fix}") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: holds {_JSON_KINDS.get(type(d), type(d).__name__)}, not a JSON object of TrainConfig fields "
+                         f"such as {{\"epochs\": 2}}; {fix}")
+    return d
+
 def config_from_args(argv=None) -> TrainConfig:
     "Parse `minbert_train` arguments into a `TrainConfig`"
     return parse_train_args(argv)[0]
@@ -285,6 +371,9 @@ def config_from_args(argv=None) -> TrainConfig:
 def parse_train_args(argv=None) -> tuple:
     "Parse `minbert_train` arguments: `(TrainConfig, resume)`"
     p = arg_parser("minbert_train", "Train a multitask minBERT (SST, Quora, STS) and write a run folder.")
+    p.epilog = ("Exit status: 0 the run finished; 130 stopped by Ctrl-C (SIGINT) and 143 by SIGTERM, each after saving a checkpoint "
+                "(continue with --resume RUN_DIR); 2 a flag or setting that cannot make sense; 1 any other error (its message "
+                "says what to do). --out must be a new or empty folder, or the run's own with --resume.")
     p.add_argument("--preset", default=None, help=f"start from a preset: {', '.join(PRESETS)}")
     p.add_argument("--config", default=None, help="JSON file of TrainConfig fields")
     p.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue the run in RUN_DIR from its last checkpoint (last.pt)")
@@ -296,16 +385,24 @@ def parse_train_args(argv=None) -> tuple:
     preset, cfile, resume = a.pop("preset"), a.pop("config"), a.pop("resume")
     if preset and preset not in PRESETS: p.error(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
     kw = dict(PRESETS[preset]) if preset else {}
+    names = {f.name for f in fields(TrainConfig)}
     if resume:   # the run's own config; flags may only change where it runs (others are refused when the checkpoint is read)
         if preset or cfile: p.error("--resume takes the run's own config.json; do not combine it with --preset or --config")
-        rc = Path(resume)/"config.json"
-        if not rc.is_file(): p.error(f"{rc}: not found; --resume needs a run folder written by minbert_train")
-        kw = {**LEGACY_FIELDS, **json.loads(rc.read_text())}; preset = kw.pop("preset", None); a["out"] = str(resume)
+        resume = _home(resume); rc = Path(resume)/"config.json"
+        if not Path(resume).is_dir() or not rc.exists(): p.error(f"{rc}: not found; --resume needs a run folder written by minbert_train")
+        fix = f"restore it from the copy in {Path(resume)/'last.pt'} (its 'config' entry), or start a new run in another folder"
+        try: kw = {**LEGACY_FIELDS, **_read_fields(rc, fix)}
+        except ValueError as e: p.error(str(e))
+        preset = kw.pop("preset", None)
+        if unknown := [k for k in kw if k not in names]: p.error(f"{rc}: unknown field(s) {unknown}; {fix}")
+        try: TrainConfig(preset=preset, **kw)   # the file alone: a damaged field is the file's fault, not the flags'
+        except (ValueError, TypeError) as e: p.error(f"{rc}: {str(e).rstrip('.')}; {fix}")
+        a["out"] = str(resume)
     if cfile:
-        try: kw.update(json.loads(Path(cfile).read_text()))
-        except FileNotFoundError: p.error(f"{cfile}: config file not found")
-        except json.JSONDecodeError as e: p.error(f"{cfile}:{e.lineno}: not valid JSON ({e.msg})")
-        unknown = [k for k in kw if k not in {f.name for f in fields(TrainConfig)}]
+        cfile = _home(cfile)
+        try: kw.update(_read_fields(Path(cfile), "give a JSON file holding one object of TrainConfig fields (see minbert_train --help)"))
+        except ValueError as e: p.error(str(e))
+        unknown = [k for k in kw if k not in names]
         if unknown: p.error(f"{cfile}: unknown field(s) {unknown}; see minbert_train --help")
     kw.update(a)
     try: return TrainConfig(preset=preset, **kw), bool(resume)

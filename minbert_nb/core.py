@@ -108,7 +108,9 @@ def default_device(device:str|torch.device|None=None) -> torch.device:
     "The device to use: `device` if given, else `$MINBERT_DEVICE`, else cuda > mps > cpu"
     device = device or os.environ.get("MINBERT_DEVICE") or None
     if device is not None and str(device) != "auto":
-        d = torch.device(device)
+        try: d = torch.device(device)
+        except (RuntimeError, TypeError): raise ValueError(f"device {str(device)!r}: not a device torch knows; expected cpu, cuda, cuda:N or mps "
+                                                           "(or auto).") from None
         if d.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device {str(device)!r} was asked for but CUDA is not available on this machine; "
                                "use --device cpu (or install a CUDA build of torch).")

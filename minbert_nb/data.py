@@ -138,13 +138,28 @@ def _header(path, recs) -> list:
         raise DataError(path, 1, "the header has bytes that are not UTF-8", "UTF-8 text", "re-save the file as UTF-8")
     return header
 
+def _longest_line(text:str) -> int:
+    "Length of the longest line of `text`, in characters"
+    longest, start = 0, 0
+    while (end := text.find("\n", start)) != -1: longest, start = max(longest, end - start), end + 1
+    return max(longest, len(text) - start)
+
 def _records(text:str, path, sep:str):
     "Yield `(line, fields)` for each record of `text`; `line` is where the record starts (1-based)"
     rd, line = csv.reader(io.StringIO(text, newline=""), delimiter=sep), 1
+    limit = _longest_line(text) + 1          # a field on one line is never refused for its length (see above)
     while True:
+        old = csv.field_size_limit()         # the limit is the process's: raised for this record only, then restored
+        csv.field_size_limit(max(old, limit))
         try: fields = next(rd)
         except StopIteration: return
-        except csv.Error as e: raise DataError(path, line, f"cannot split the line into fields ({e})", "well-formed CSV/TSV quoting") from None
+        except csv.Error as e:
+            if "field larger than field limit" in str(e):
+                raise DataError(path, line, f"a double quote opens a field here that is never closed: the field runs on over the "
+                                f"following lines, past {max(old, limit):,} characters", "well-formed CSV/TSV quoting (a quote "
+                                "inside a quoted field is written twice)", "close or remove that quote") from None
+            raise DataError(path, line, f"cannot split the line into fields ({e})", "well-formed CSV/TSV quoting") from None
+        finally: csv.field_size_limit(old)
         yield line, fields
         line = rd.line_num + 1
 

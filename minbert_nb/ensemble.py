@@ -14,6 +14,7 @@ from .data import DataError, get_task, load_split, plain_or_gz
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
                                  score_split, overall_score, pearson, accuracy)
 from .checkpoint import write_json
+from .folders import expand, check_new_folder, OutputFolder
 from .core import stamp_run_figure, cli, code_version
 
 # %% auto #0
@@ -183,18 +184,14 @@ def _data_dir(data_dir, runs):
     return d if d and Path(d).is_dir() else None
 
 def _prepare_out(out:Path, runs:list):
-    "Refuse a member or a foreign folder as `out`; clear an earlier ensemble's prediction files"
+    "Refuse a member, a folder that holds runs or a foreign folder as `out` (`08e_folders`): new, or an earlier ensemble's"
     if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the members; write the ensemble to a new folder.")
-    if out.is_dir() and any(out.iterdir()):
-        c = out/"config.json"
-        if not (c.is_file() and "members" in json.loads(c.read_text())):
-            raise FileExistsError(f"{out}: exists and is not an ensemble folder (no config.json with members); choose a new --out.")
-        for f in (out/"predictions").glob("*-output.csv"): f.unlink()
+    check_new_folder(out, "ensemble", reuse=("ensemble",))
 
 def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
                   splits=("dev", "test"), partial:bool=False) -> dict:
     "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
-    runs, out = [Path(r) for r in run_dirs], Path(out)
+    runs, out = [expand(r) for r in run_dirs], expand(out)
     if not runs: raise ValueError("no run folders given.")
     for r in runs:
         if not r.is_dir(): raise FileNotFoundError(f"{r}: no such run folder.")
@@ -242,11 +239,13 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
                    ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped, abstained=abstained, dev_test_members_differ=differ)
-    for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
-    write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits), partial=partial,
-                    data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
-    write_json(metrics, out/"metrics.json")
-    if any(k in metrics for k in TASK_METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
+    with OutputFolder(out, "ensemble", reuse=("ensemble",)) as folder:   # this process's alone while it writes
+        for f in (out/"predictions").glob("*-output.csv"): f.unlink()        # an earlier ensemble's, in this folder
+        for (t, split), r in results.items(): write_predictions(r["pred"], t, prediction_path(out, t, split))
+        write_json(dict(members=[str(r) for r in runs], methods=metrics["methods"], weights=w.tolist(), splits=list(splits), partial=partial,
+                        data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
+        write_json(metrics, out/"metrics.json"); folder.started = True
+        if any(k in metrics for k in TASK_METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
     keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics]
     gain = lambda k: f" ({metrics['gain_over_mean'][k]:+.4f} vs mean)" if k in metrics["gain_over_mean"] else ""   # every member has k
     print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f}{gain(k)}" for k in keys) + f" | {out}")
@@ -334,12 +333,14 @@ def headroom_table(h:dict) -> str:
 # %% ../nbs/15_ensemble.ipynb #f71215ae
 def write_headroom(run_dirs, out, data_dir=None) -> dict:
     "`ensemble_headroom` of `run_dirs` into `out`/headroom.json (with the code version) and `out`/headroom.md"
-    out, runs = Path(out), [Path(r) for r in run_dirs]
+    out, runs = expand(out), [expand(r) for r in run_dirs]
     if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the runs; write the headroom to a new folder.")
+    check_new_folder(out, "headroom", reuse=("headroom",))
     h = dict(ensemble_headroom(runs, data_dir), code=code_version())
-    write_json(h, out/"headroom.json")
     table = headroom_table(h)
-    (out/"headroom.md").write_text("Members chosen WITH the dev labels: optimistic ceilings of these runs, never results.\n\n" + table + "\n")
+    with OutputFolder(out, "headroom", reuse=("headroom",)) as folder:
+        write_json(h, out/"headroom.json"); folder.started = True
+        (out/"headroom.md").write_text("Members chosen WITH the dev labels: optimistic ceilings of these runs, never results.\n\n" + table + "\n")
     print(table + f"\n(chosen with the dev labels: optimistic, never a result) -> {out/'headroom.json'}")
     return h
 
@@ -361,5 +362,5 @@ def minbert_ensemble(run_dirs:list,       # run folders (minbert_train's, or ear
         except ValueError: raise ValueError(f"--weights {weights!r}: expected comma-separated numbers, one per RUN_DIR, e.g. 1,1,2") from None
         if headroom: write_headroom(run_dirs, out, data_dir)
         else: ensemble_runs(run_dirs, out, sst, para, sts, w, data_dir, partial=partial)
-    except (DataError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
+    except (DataError, OSError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
 

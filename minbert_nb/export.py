@@ -15,13 +15,15 @@ from .pretrained import resolve_checkpoint, is_embedded, tokenize
 from .lora import LoRALinear, set_merged
 from .peft import parse_peft
 from .config import saved_config
+from .train import read_run_config
+from .folders import expand, folder_kind, mark_folder, check_new_folder, FolderRefused
 from .predictor import Predictor, check_run_dir
 
 # %% auto #0
 __all__ = ['EXPORT_FORMATS', 'FORMAT_ALIASES', 'EMBEDDED_HUB_ID', 'VERIFY_TEXTS', 'ExportError', 'export_format',
            'check_exportable', 'bert_state_dict', 'hf_config', 'heads_export', 'write_heads', 'write_hf',
            'st_normalize', 'write_sentence_transformers', 'load_base', 'write_peft', 'verify_export',
-           'export_predictor', 'export_run', 'minbert_export']
+           'check_export_out', 'export_predictor', 'export_run', 'minbert_export']
 
 # %% ../nbs/22_export.ipynb #54112275
 EXPORT_FORMATS = ("hf", "sentence-transformers", "peft")
@@ -234,12 +236,26 @@ def verify_export(p:Predictor, folder, fmt:str, tol:float=1e-4) -> dict:
         if max(res.values()) > tol: raise ExportError(f"{fmt} export of {p.run or 'the model'}: outputs differ from minbert_nb's by {res} (> {tol}).")
         return res
 
+def check_export_out(out:Path, overwrite:bool, source=None):
+    """Refuse `out` as an export folder unless it is new (missing or empty) or, with `overwrite`, an earlier export (it holds
+    `minbert_export.json`): never the source run, a folder that holds runs, or anything else (`08e_folders`)"""
+    out = Path(out)
+    if source is not None and out.resolve() in (Path(source).resolve(), *Path(source).resolve().parents):
+        raise FolderRefused(f"{out}: is the run being exported{' or a folder that holds it' if out.resolve() != Path(source).resolve() else ''}; "
+                            "export to a new folder (e.g. a sub-folder of the run).")
+    if folder_kind(out) == "export":
+        if overwrite: return
+        raise FolderRefused(f"OUT {out}: holds an earlier export; pass --overwrite to replace it, or choose a new folder.")
+    try: check_new_folder(out, "export", flag="OUT")
+    except FolderRefused as e:
+        raise FolderRefused(f"{e}" + (" (--overwrite replaces only a folder minbert_export wrote, one with minbert_export.json)" if overwrite
+                                      else "")) from None
+
 def export_predictor(p:Predictor, out, fmt:str="hf", overwrite:bool=False, verify:bool=True) -> dict:
     "Write `p`'s model to folder `out` in format `fmt` (hf | sentence-transformers | peft), heads beside; checked, then moved into place"
-    fmt, out = export_format(fmt), Path(out)
+    fmt, out = export_format(fmt), expand(out)
     check_exportable(p.model.cfg, fmt, str(p.run or "this model"))
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise FileExistsError(f"{out}: exists and is not empty; choose another folder, or pass --overwrite to replace it.")
+    check_export_out(out, overwrite, p.run)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -247,8 +263,8 @@ def export_predictor(p:Predictor, out, fmt:str="hf", overwrite:bool=False, verif
         write_heads(p.model, tmp, p.cfg.max_length)
         res = verify_export(p, tmp, fmt) if verify else {}
         info = dict(format=fmt, run=str(p.run) if p.run else None, peft=p.cfg.peft, pooling=p.model.cfg.pooling, checked=res or None)
-        (tmp/"minbert_export.json").write_text(json.dumps(info, indent=2) + "\n")
-        if out.exists(): shutil.rmtree(out) if out.is_dir() else out.unlink()
+        (tmp/"minbert_export.json").write_text(json.dumps(info, indent=2) + "\n"); mark_folder(tmp, "export")
+        if out.exists(): check_export_out(out, overwrite, p.run); shutil.rmtree(out)   # (checked again: only an export is replaced)
         os.replace(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True); raise
@@ -256,8 +272,9 @@ def export_predictor(p:Predictor, out, fmt:str="hf", overwrite:bool=False, verif
 
 def export_run(run_dir, out, fmt:str="hf", overwrite:bool=False, verify:bool=True) -> dict:
     "Export run folder `run_dir` to `out` in format `fmt`: refused (before loading weights) if the run has modules `fmt` cannot carry"
-    fmt, run = export_format(fmt), check_run_dir(run_dir)
-    check_exportable(saved_config(json.loads((run/"config.json").read_text())), fmt, str(run))
+    fmt, run = export_format(fmt), check_run_dir(expand(run_dir))
+    check_exportable(read_run_config(run/"config.json"), fmt, str(run))
+    check_export_out(expand(out), overwrite, run)   # before the weights are loaded
     return export_predictor(Predictor.from_run(run, device="cpu", amp="off"), out, fmt, overwrite, verify)
 
 # %% ../nbs/22_export.ipynb #e6c67310
@@ -265,12 +282,12 @@ def export_run(run_dir, out, fmt:str="hf", overwrite:bool=False, verify:bool=Tru
 def minbert_export(run_dir:str,      # a minbert_train run folder (config.json, best.pt)
                    out:str,          # the folder to write (must not exist, or be empty, unless --overwrite)
                    format:str="hf",  # hf (a transformers BERT folder) | sentence-transformers (st) | peft (a LoRA/DoRA adapter)
-                   overwrite:bool=False,  # replace OUT if it exists
+                   overwrite:bool=False,  # replace OUT if an earlier minbert_export wrote it (nothing else is ever replaced)
                    verify:bool=True):     # load the export back with its library and compare (--verify false skips it)
     """Export a minbert_train run folder for transformers, sentence-transformers or peft (the task heads go beside it:
     minbert_heads.safetensors/.json); returns what `export_run` returns"""
     try: res = export_run(run_dir, out, format, overwrite, verify)
-    except (ExportError, FileNotFoundError, FileExistsError, ValueError) as e: sys.exit(f"minbert_export: {e}")
+    except (ExportError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_export: {e}")
     c = res["checked"] or {}
     check = ("not checked (--verify false)" if not c else f"smallest cosine with Predictor.embed {c['min_cosine']:.7f}" if "min_cosine" in c
              else f"largest difference from minbert_nb's hidden states {c['max_abs_diff']:.1e} (pooler {c['pooler_max_abs_diff']:.1e})")

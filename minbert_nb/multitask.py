@@ -13,14 +13,16 @@ import torch.nn.functional as F
 from .core import *
 from .bert import BertModel
 from .pretrained import load_bert, random_bert
-from .peft import PeftConfig, inject_peft, set_trainable, param_report
+from .peft import PeftConfig, inject_peft, set_trainable, param_report, Range, COUNT, PROBABILITY, PEFT_RANGES, check_ranges
 from .heads import *
 
 # %% auto #0
-__all__ = ['TASK_OUTPUTS', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
+__all__ = ['TASK_OUTPUTS', 'MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
 
 # %% ../nbs/06_multitask.ipynb #a25e569c
 TASK_OUTPUTS = {"sst": 5, "cfimdb": 2, "para": 1, "sts": 1}   # logits per task
+MODEL_RANGES = dict(head_layers=Range(1, 2), head_dropout=PROBABILITY, hidden_dropout=PROBABILITY, attention_dropout=PROBABILITY,
+                    cosine_floor=Range(-1, 1, "[)", note="the cosine that maps to STS 0; 1 would divide by zero"))
 
 @dataclass
 class ModelConfig(PeftConfig):
@@ -47,8 +49,9 @@ class ModelConfig(PeftConfig):
     def __post_init__(self):
         super().__post_init__()              # the PEFT fields
         self.tasks = tuple(self.tasks)
+        check_ranges(self, MODEL_RANGES)     # head layers 1 or 2, dropouts probabilities, the cosine floor in [-1, 1)
         checks = dict(pooling=POOLINGS, pair_mode=("bi", "cross"), pair_features=tuple(PAIR_FEATURES),
-                      sts_head=("features", "cosine"), mode=("finetune", "pretrain"), head_layers=(1, 2))
+                      sts_head=("features", "cosine"), mode=("finetune", "pretrain"))
         for k, allowed in checks.items():
             if getattr(self, k) not in allowed: raise ValueError(f"model config: {k}={getattr(self, k)!r}; expected one of {allowed}.")
         for t, m in (self.pair_modes or {}).items():

@@ -6,6 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/peft.html.md"""
 
 # %% ../nbs/11c_peft.ipynb #56c8cb1d
 from __future__ import annotations
+import functools, math, typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 import numpy as np
@@ -17,8 +18,51 @@ from .adapters import inject_adapters, inject_pals, inject_task_layernorms, Task
 from .prefix import inject_prefix, PREFIX_KINDS
 
 # %% auto #0
-__all__ = ['PEFT_METHODS', 'PEFT_PREFIXES', 'parse_peft', 'PeftConfig', 'inject_peft', 'is_peft_param', 'set_trainable',
-           'param_report', 'format_params', 'frontier', 'pareto', 'plot_frontier']
+__all__ = ['COUNT', 'PROBABILITY', 'PEFT_METHODS', 'PEFT_RANGES', 'PEFT_PREFIXES', 'Range', 'check_ranges', 'parse_peft',
+           'PeftConfig', 'inject_peft', 'is_peft_param', 'set_trainable', 'param_report', 'format_params', 'frontier',
+           'pareto', 'plot_frontier']
+
+# %% ../nbs/11c_peft.ipynb #00c0caec
+@dataclass(frozen=True)
+class Range:
+    "The values a numeric setting may take: `lo` to `hi` (None: no bound), each end closed or open as `ends` says"
+    lo: float|None = None
+    hi: float|None = None
+    ends: str = "[]"                 # "[)": lo <= v < hi; "(]": lo < v <= hi; "()" and "[]" likewise
+    noun: str|None = None            # what the value is, e.g. "a probability" (default: "a whole number" or "a number")
+    note: str = ""                   # why, in parentheses after the range, e.g. "a learning rate"
+
+    def __contains__(self, v) -> bool:
+        "Whether `v` is a finite number (not a bool) inside the range"
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v): return False
+        return ((self.lo is None or (v > self.lo if self.ends[0] == "(" else v >= self.lo)) and
+                (self.hi is None or (v < self.hi if self.ends[1] == ")" else v <= self.hi)))
+
+    def describe(self, whole:bool=False) -> str:
+        "The range in words: 'a number >= 0 (a learning rate)', 'a probability in [0, 1)'"
+        n = lambda x: str(int(x)) if float(x).is_integer() else repr(x)
+        noun = self.noun or ("a whole number" if whole else "a number")
+        if self.hi is None: s = f"{noun} {'>' if self.ends[0] == '(' else '>='} {n(self.lo)}"
+        elif self.lo is None: s = f"{noun} {'<' if self.ends[1] == ')' else '<='} {n(self.hi)}"
+        else: s = f"{noun} in {self.ends[0]}{n(self.lo)}, {n(self.hi)}{self.ends[1]}"
+        return s + (f" ({self.note})" if self.note else "")
+
+COUNT = Range(1)                                       # sizes, counts, steps: at least one
+PROBABILITY = Range(0, 1, "[)", noun="a probability")  # dropout: 1 would drop every unit
+
+@functools.cache
+def _field_types(cls) -> dict: return typing.get_type_hints(cls)
+
+def check_ranges(cfg, ranges:dict):
+    """Refuse the first field of dataclass `cfg` whose value lies outside its `Range` in `ranges` (`{field: Range}`), with a
+    one-line `ValueError` naming the flag, the value and the range; None passes where the field's type allows it, and a
+    field declared `int` must hold a whole number"""
+    for name, r in ranges.items():
+        v, h = getattr(cfg, name), _field_types(type(cfg))[name]
+        allowed = typing.get_args(h) or (h,)
+        if v is None and type(None) in allowed: continue
+        whole = int in allowed and float not in allowed
+        if v not in r or (whole and not isinstance(v, int)): raise ValueError(f"--{name} {v!r}: expected {r.describe(whole)}.")
 
 # %% ../nbs/11c_peft.ipynb #94ff3bb4
 PEFT_METHODS = ("pal", "prefix", "adapter", "lora", "dora")
@@ -30,6 +74,9 @@ def parse_peft(spec) -> tuple:
     if bad := [s for s in items if s not in PEFT_METHODS]: raise ValueError(f"peft: unknown method(s) {bad}; expected none or some of {', '.join(PEFT_METHODS)}.")
     if {"lora", "dora"} <= set(items): raise ValueError("peft: choose lora or dora, not both (DoRA is LoRA with a magnitude vector).")
     return tuple(m for m in PEFT_METHODS if m in items)
+
+PEFT_RANGES = dict(pal_size=COUNT, pal_heads=COUNT, prefix_len=COUNT, prefix_hidden=COUNT, adapter_size=COUNT, lora_r=COUNT,
+                   lora_alpha=Range(0, ends="()", note="the update is scaled by alpha / r"), lora_dropout=PROBABILITY)
 
 @dataclass
 class PeftConfig:
@@ -74,8 +121,7 @@ class PeftConfig:
         if self.prefix_kind == "input" and self.prefix_mlp and "prefix" in methods:
             raise ValueError("prefix_kind='input' and prefix_mlp: the reparameterisation MLP makes keys and values ('kv'); choose one.")
         if self.adapter_layernorm not in ("task", "shared"): raise ValueError(f"adapter_layernorm={self.adapter_layernorm!r}: expected 'task' or 'shared'.")
-        for k in ("pal_size", "prefix_len", "prefix_hidden", "adapter_size", "lora_r") + (("pal_heads",) if self.pal_heads is not None else ()):
-            if getattr(self, k) < 1: raise ValueError(f"{k}={getattr(self, k)}: expected at least 1.")
+        check_ranges(self, PEFT_RANGES)   # sizes at least 1, alpha > 0, dropout a probability
         if "pal" in methods and self.pal_heads is not None and self.pal_size % self.pal_heads:
             raise ValueError(f"pal_size={self.pal_size} is not a multiple of pal_heads={self.pal_heads}; "
                              f"choose e.g. pal_size={self.pal_heads * max(1, round(self.pal_size / self.pal_heads))}.")

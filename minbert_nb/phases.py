@@ -15,6 +15,7 @@ from .data import SCORE_KEYS
 from .checkpoint import write_json
 from .config import TrainConfig, parse_tasks
 from .train import train, plot_history
+from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'copy_phase', 'train_phases', 'run_training']
@@ -95,15 +96,18 @@ def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=No
     """Train the phases of `cfg` one after another in `cfg.out` (resuming inside any phase); returns the run's metrics.
     `twin(k, phase_config, after)`: a finished phase folder to copy instead of training phase k, or None (`minbert_ablate`'s
     `twin_phase`); it is asked only while every earlier phase was copied, with `after` the run they came from"""
-    run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
     cfg = dataclasses.replace(cfg, out=str(run))
     plan = phase_configs(cfg)
     started = [Path(c.out) for _, c in plan if Path(c.out).exists()]
     if not resume and started:
         raise FileExistsError(f"{run} already holds phases ({', '.join(p.name for p in started)}); continue with "
                               f"`minbert_train --resume {run}`, or choose another --out.")
-    run.mkdir(parents=True, exist_ok=True)
-    if not resume: write_json(asdict(dataclasses.replace(cfg, model_tasks=plan[0][1].model_tasks)), run/"config.json")
+    with OutputFolder(run, "train", resume=resume):   # new or this run's, and this process's alone (08e_folders); each phase's run checks its own
+        if not resume: write_json(asdict(dataclasses.replace(cfg, model_tasks=plan[0][1].model_tasks)), run/"config.json")
+        return _train_phases(cfg, run, plan, progress, resume, twin)
+
+def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bool, twin) -> dict:
     prev, summary, hist, after = None, [], [], None
     for k, (name, pcfg) in enumerate(plan, 1):
         pdir = Path(pcfg.out)

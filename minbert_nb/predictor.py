@@ -6,7 +6,8 @@ Docs: https://minbert-nb.github.io/minbert_nb/predictor.html.md"""
 
 # %% ../nbs/21_predictor.ipynb #9d6f6f76
 from __future__ import annotations
-import json, types
+import json, numbers, types
+from collections.abc import Mapping
 from pathlib import Path
 import pandas as pd
 import torch
@@ -20,33 +21,48 @@ from .pretrained import load_tokenizer, demo_similarity
 from .train import load_run, amp_dtype as run_amp_dtype   # the mixed-precision choice minbert_predict makes
 
 # %% auto #0
-__all__ = ['PROGRESS_MIN', 'SENTIMENT_TASKS', 'SENTIMENT_LABELS', 'check_texts', 'check_pairs', 'check_run_dir', 'Predictor',
-           'minbert_demo', 'ask_run']
+__all__ = ['PROGRESS_MIN', 'SENTIMENT_TASKS', 'SENTIMENT_LABELS', 'check_texts', 'check_pairs', 'check_run_dir',
+           'check_batch_size', 'check_device', 'position_limit', 'Predictor', 'minbert_demo', 'ask_run']
 
 # %% ../nbs/21_predictor.ipynb #bc44b650
 PROGRESS_MIN = 1000   # inputs from which a progress bar is shown (progress=None); progress=True/False forces it
 
-def check_texts(texts, what:str="texts") -> list:
-    "`texts` as a list of strings, or an error naming the first bad item"
+def _refuse_container(x, where:str, expected:str, example:str):
+    "Refuse a mapping or a DataFrame where a list is expected: iterating them gives their keys or column names, not the rows"
+    if isinstance(x, pd.DataFrame):
+        raise TypeError(f"{where}: expected {expected}, got a DataFrame (iterating it gives its column names, not its rows); "
+                        f"pass its rows, e.g. {example}.")
+    if isinstance(x, Mapping):
+        raise TypeError(f"{where}: expected {expected}, got a {type(x).__name__} (iterating it gives its keys); "
+                        "pass list(d.values()) for its values, or list(d) if the keys are what you mean.")
+    if isinstance(x, (bytes, bytearray)):
+        raise TypeError(f"{where}: expected {expected}, got {type(x).__name__}; decode it first (x.decode('utf-8')) and pass a list.")
+
+def check_texts(texts, what:str="texts", fn:str|None=None) -> list:
+    "`texts` as a list of strings, or an error naming the first bad item (`fn`: the method that was called, for the message)"
+    where = f"{fn}()" if fn else what
     if isinstance(texts, str):
-        raise TypeError(f"{what}: got one string ({texts[:40]!r}); pass a list of sentences, e.g. [{texts[:20]!r}].")
+        raise TypeError(f"{where}: got one string ({texts[:40]!r}); pass a list of sentences, e.g. [{texts[:20]!r}].")
+    _refuse_container(texts, where, "a list of texts", "df['sentence'].tolist()")
     try: texts = list(texts)
-    except TypeError: raise TypeError(f"{what}: expected a list of strings, got {type(texts).__name__}.") from None
-    if not texts: raise ValueError(f"{what}: the list is empty; pass at least one sentence.")
+    except TypeError: raise TypeError(f"{where}: expected a list of strings, got {type(texts).__name__}.") from None
+    if not texts: raise ValueError(f"{where}: the list is empty; pass at least one sentence.")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] is {t!r} ({type(t).__name__}); every item must be a string "
                             "(a missing value? drop the row or replace it with '').")
     return texts
 
-def check_pairs(pairs, what:str="pairs") -> tuple:
+def check_pairs(pairs, what:str="pairs", fn:str|None=None) -> tuple:
     "First and second sentences of `pairs` (a list of `(s1, s2)`) as two lists, or an error naming the first bad pair"
+    where = f"{fn}()" if fn else what
     if isinstance(pairs, str) or (isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(s, str) for s in pairs)):
-        raise TypeError(f"{what}: got one {'string' if isinstance(pairs, str) else 'pair'}; pass a list of (sentence1, sentence2) "
+        raise TypeError(f"{where}: got one {'string' if isinstance(pairs, str) else 'pair'}; pass a list of (sentence1, sentence2) "
                         "pairs, e.g. [('How do I learn Python?', 'What is the best way to learn Python?')].")
+    _refuse_container(pairs, where, "a list of (sentence1, sentence2) pairs", "list(df[['sentence1', 'sentence2']].itertuples(index=False))")
     try: pairs = list(pairs)
-    except TypeError: raise TypeError(f"{what}: expected a list of (sentence1, sentence2) pairs, got {type(pairs).__name__}.") from None
-    if not pairs: raise ValueError(f"{what}: the list is empty; pass at least one (sentence1, sentence2) pair.")
+    except TypeError: raise TypeError(f"{where}: expected a list of (sentence1, sentence2) pairs, got {type(pairs).__name__}.") from None
+    if not pairs: raise ValueError(f"{where}: the list is empty; pass at least one (sentence1, sentence2) pair.")
     for i, p in enumerate(pairs):
         if isinstance(p, str) or not isinstance(p, (tuple, list)) or len(p) != 2:
             raise TypeError(f"{what}[{i}] is {p!r}: expected a pair (sentence1, sentence2), a tuple or list of two strings.")
@@ -54,6 +70,7 @@ def check_pairs(pairs, what:str="pairs") -> tuple:
             if not isinstance(s, str):
                 raise TypeError(f"{what}[{i}][{j}] is {s!r} ({type(s).__name__}); both sentences of a pair must be strings.")
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
 
 # %% ../nbs/21_predictor.ipynb #9fff69a1
 def check_run_dir(run_dir) -> Path:
@@ -77,18 +94,42 @@ def check_run_dir(run_dir) -> Path:
 SENTIMENT_TASKS = ("sst", "cfimdb")   # single-sentence classification tasks, in the order `sentiment` looks for them
 SENTIMENT_LABELS = {"sst": ("very negative", "negative", "neutral", "positive", "very positive"), "cfimdb": ("negative", "positive")}
 
+def check_batch_size(batch_size):
+    "`batch_size` if it is None (the run's `eval_batch_size`) or a whole number >= 1, else a one-line error"
+    if batch_size is None: return None
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r}: expected a whole number >= 1, or None for the run's eval_batch_size.")
+    return int(batch_size)
+
+def check_device(device):
+    "`device` if torch can name it (None or 'auto': the best device of this machine), else a one-line error"
+    if device is None or isinstance(device, torch.device) or str(device) == "auto": return device
+    if not isinstance(device, str): raise TypeError(f"device={device!r}: expected a string such as 'cpu', 'cuda', 'cuda:1' or 'mps', or None.")
+    try: torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device={device!r}: not a device; expected 'cpu', 'cuda', 'cuda:N', 'mps', or None for the best one available.") from None
+    return device
+
+def position_limit(model) -> int|None:
+    "Length of the backbone's position table (the longest sequence it can encode), if the model has one"
+    emb = getattr(getattr(getattr(model, "bert", None), "embeddings", None), "position_embeddings", None)
+    return getattr(emb, "num_embeddings", None)
+
 class Predictor:
     "A trained model asked about new sentences: `sentiment`, `paraphrase`, `similarity`, `embed`"
     def __init__(self, model, cfg, tokenizer=None, amp_dtype=None, batch_size:int|None=None, run=None):
         self.model, self.cfg, self.run = model.eval(), cfg, run
         self.tok = tokenizer if tokenizer is not None else load_tokenizer(cfg.backbone)
         self.device, self.amp_dtype = next(model.parameters()).device, amp_dtype
-        self.batch_size = batch_size or cfg.eval_batch_size
+        self.batch_size = check_batch_size(batch_size) or cfg.eval_batch_size
+        n = position_limit(model)   # a run's max_length above the position table: truncate there rather than fail on long texts
+        self.max_length = min(cfg.max_length, n) if n else cfg.max_length
 
     @classmethod
     def from_run(cls, run_dir, device=None, amp:str|None=None, batch_size:int|None=None):
         "Load run folder `run_dir`; `amp`: None = the run's setting (as `minbert_predict`), 'off' = float32, 'bf16', 'auto'"
         if amp not in (None, "auto", "bf16", "off"): raise ValueError(f"amp={amp!r}: expected None (the run's setting), 'auto', 'bf16' or 'off'.")
+        check_batch_size(batch_size); check_device(device)
         run = check_run_dir(run_dir)
         model, cfg = load_run(run, default_device(device))
         dev = next(model.parameters()).device
@@ -112,7 +153,7 @@ class Predictor:
         "`predict_split`'s frame (`pred`, raw outputs) for sentences `s1` (and `s2`), encoded as the run encodes `task`"
         df = pd.DataFrame({"id": [str(i) for i in range(len(s1))], "sentence1": s1, **({"sentence2": s2} if s2 is not None else {})})
         mode = self.model.cfg.mode_of(task)            # as build_data (09_train) builds each task's dataset
-        ds = TaskDataset(df, task, self.tok, self.cfg.max_length, pair_mode="bi" if mode == "single" else mode,
+        ds = TaskDataset(df, task, self.tok, self.max_length, pair_mode="bi" if mode == "single" else mode,
                          swap=self.model.cfg.pair_swap)
         show = len(df) >= PROGRESS_MIN if progress is None else progress
         return predict_split(self.model, make_loader(ds, self.batch_size), self.device, self.amp_dtype, desc=task if show else None)
@@ -121,7 +162,7 @@ class Predictor:
 @patch
 def sentiment(self:Predictor, texts, progress:bool|None=None) -> pd.DataFrame:
     "Sentiment of each of `texts`: `label` (SST: 0 very negative .. 4 very positive) and the class probabilities `prob_0`.."
-    texts, task = check_texts(texts), self._task("sentiment", SENTIMENT_TASKS)
+    texts, task = check_texts(texts, fn="sentiment"), self._task("sentiment", SENTIMENT_TASKS)
     out = self.predict_frame(task, texts, progress=progress)
     probs = torch.softmax(torch.tensor(out.filter(regex=r"^raw_\d+$").to_numpy()).float(), -1).numpy()   # (n, classes)
     return pd.DataFrame({"sentence": texts, "label": out.pred.astype(int).to_numpy(),
@@ -131,7 +172,7 @@ def sentiment(self:Predictor, texts, progress:bool|None=None) -> pd.DataFrame:
 @patch
 def paraphrase(self:Predictor, pairs, progress:bool|None=None) -> pd.DataFrame:
     "Whether each `(q1, q2)` of `pairs` is a duplicate: `label` (0/1, after the run's Quora prior correction) and its `prob`"
-    (a, b), task = check_pairs(pairs), self._task("paraphrase", ("para",))
+    (a, b), task = check_pairs(pairs, fn="paraphrase"), self._task("paraphrase", ("para",))
     out = self.predict_frame(task, a, b, progress=progress)
     prob = torch.sigmoid(torch.tensor(out.raw.to_numpy()).float() + self.model.para_logit_bias.float().cpu()).numpy()
     return pd.DataFrame({"sentence1": a, "sentence2": b, "label": out.pred.astype(int).to_numpy(), "prob": prob})
@@ -139,7 +180,7 @@ def paraphrase(self:Predictor, pairs, progress:bool|None=None) -> pd.DataFrame:
 @patch
 def similarity(self:Predictor, pairs, progress:bool|None=None) -> pd.DataFrame:
     "Semantic similarity of each `(s1, s2)` of `pairs`: `score` from 0 (unrelated) to 5 (the same meaning)"
-    (a, b), task = check_pairs(pairs), self._task("similarity", ("sts",))
+    (a, b), task = check_pairs(pairs, fn="similarity"), self._task("similarity", ("sts",))
     out = self.predict_frame(task, a, b, progress=progress)
     return pd.DataFrame({"sentence1": a, "sentence2": b, "score": out.pred.to_numpy()})
 
@@ -152,10 +193,10 @@ def embed_task(self:Predictor) -> str:
 @patch
 def embed(self:Predictor, texts, task:str|None=None, normalize:bool=False, progress:bool|None=None) -> torch.Tensor:
     "Sentence vectors (n, hidden) of `texts` under the run's pooling, float32 on the CPU; `normalize`: unit length"
-    texts, task = check_texts(texts), task or self.embed_task
+    texts, task = check_texts(texts, fn="embed"), task or self.embed_task
     if task not in self.tasks: raise ValueError(f"embed(task={task!r}): this model has {', '.join(self.tasks)}; choose one of them.")
     df = pd.DataFrame({"id": [str(i) for i in range(len(texts))], "sentence1": texts})
-    dl = make_loader(TaskDataset(df, "sst", self.tok, self.cfg.max_length), self.batch_size)   # one sentence a row: SST's layout
+    dl = make_loader(TaskDataset(df, "sst", self.tok, self.max_length), self.batch_size)   # one sentence a row: SST's layout
     show = len(texts) >= PROGRESS_MIN if progress is None else progress
     out = []
     with torch.inference_mode():

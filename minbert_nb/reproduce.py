@@ -15,6 +15,8 @@ from .core import cli, default_device
 from .data import DataError
 from .config import TrainConfig
 from .phases import phase_configs
+from .checkpoint import TrainingInterrupted
+from .folders import expand
 from .ablate import (SCALES, TABLES, list_tables, run_table, row_configs, row_dir, row_record, seed_dir, write_table, _cfg_key,
                                _phase_key, has_dev_predictions, run_devices, trains_nothing)
 from .claims import CLAIMS, row_runs, write_report
@@ -246,6 +248,8 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                    report_out:str="results/reproduction"):  # with --report: where claims.csv, report.md and figures go
     "Run a table of the four CS224N reports (seeds 000, 002, 003, 004) and write it beside the paper's numbers (`minbert_ablate --table 000-T10 --scale quick`)"
     try:
+        if workers < 1: raise ValueError(f"--workers {workers}: expected at least 1.")
+        if hours is not None and not hours > 0: raise ValueError(f"--hours {hours}: expected a number of hours > 0.")
         if hours is not None:
             if until is not None: raise ValueError("give --hours or --until, not both.")
             if not hours > 0: raise ValueError(f"--hours {hours}: expected a number of hours > 0.")
@@ -291,7 +295,9 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
                     if until is not None and time.time() >= until:
                         print(f"note: the time given (--hours) is up: {len(calls) - i} call(s) not started (`minbert_ablate --plan` lists what is left)"); break
                     try: minbert_ablate(c + over + (["--quiet"] if quiet else []) + (["--until", str(until)] if until is not None else []))
-                    except SystemExit as e: failed.append((c, str(e)))        # said; the other calls go on
+                    except SystemExit as e:
+                        if e.code in (130, 143): raise                       # stopped by Ctrl-C / SIGTERM: the other calls wait too
+                        failed.append((c, str(e)))                           # said; the other calls go on
             for c, why in failed: print(f"minbert_ablate: this call failed ({why}): minbert_ablate {' '.join(c)}")
             for table_id in dict.fromkeys(c[c.index("--table") + 1] for c in calls): table_from_runs(table_id, Path(results)/f"{table_id}-{scale}", scale)
             minbert_ablate(["--report", "--results", results, "--report_out", report_out])
@@ -300,10 +306,12 @@ def minbert_ablate(list:bool=False,           # print every table id with its ca
         if not table: sys.exit("minbert_ablate: give --table ID (or --list, --plan, --report).")
         scale = scale or "quick"
         if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
-        out = Path(out or f"runs/ablate-{table}-{scale}")
+        out = expand(out) or Path(f"runs/ablate-{table}-{scale}")
         run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
                   until=until)
-    except (KeyError, ValueError, DataError, FileNotFoundError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
+    except TrainingInterrupted as e:   # a row's run saved its checkpoint: the same call continues it (exit 130 after Ctrl-C, 143 after SIGTERM)
+        print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
+    except (KeyError, ValueError, DataError, OSError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_ablate()   # python -m minbert_nb.reproduce (run_calls' workers)

@@ -31,11 +31,12 @@ from .checkpoint import (atomic_save, load_checkpoint, rng_state, set_rng_state,
                                    check_resume_compatible, write_json)
 from .config import TrainConfig, saved_config
 from .run_data import build_data
+from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype',
            'optimizer_updates', 'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train',
-           'score_dev', 'load_run']
+           'score_dev', 'read_run_config', 'load_weights', 'load_run', 'check_same_model']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -196,7 +197,7 @@ class Run:
         if cfg.phases: raise ValueError("cfg.phases is set: a run of several phases goes through minbert_nb.phases.train_phases "
                                         "(or run_training, which takes any config; minbert_train does this).")
         self.cfg, self.progress, self.resume, self.init_from, self.on_step = cfg, progress, resume, init_from, on_step
-        self.t0, self.code, self.ck = time.time(), code_version(), None   # the code as it was when the run started
+        self.t0, self.code, self.ck, self.folder = time.time(), code_version(), None, None   # the code as it was when the run started
 
     def open(self) -> Run:
         "Seed, join torchrun's process group if there is one, and make the run folder (or check the one to resume)"
@@ -207,17 +208,17 @@ class Run:
         self.distributed = dist.is_initialized()   # torchrun: a process group (NCCL on CUDA), DDP, barriers; also with one process
         self.backend = dist.get_backend() if self.distributed else None
         if self.world > 1 and not cfg.out: raise ValueError("with torchrun, give --out RUN_DIR so that every rank uses the same run folder.")
-        self.dir = run = Path(cfg.out or f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
-        if self.main: run.mkdir(parents=True, exist_ok=True)
-        self.cfg = cfg = dataclasses.replace(cfg, out=str(run))   # the settings as saved: with the folder they went to
-        if self.resume:
-            self.ck = load_checkpoint(run/"last.pt")
-            saved = self.ck["config"]
-            check_resume_compatible(saved, {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
-        elif (run/"last.pt").exists():
-            raise FileExistsError(f"{run} already holds a run ({run/'last.pt'}); continue it with `minbert_train --resume {run}`, "
-                                  "or choose another --out.")
-        elif self.main: write_json(asdict(cfg), run/"config.json")
+        self.dir = run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+        # the folder is new or this run's (resume), and this process's alone while it trains (08e_folders): rank 0 holds it
+        self.folder = OutputFolder(run, "train", resume=self.resume).open() if self.main else None
+        try:
+            self.cfg = cfg = dataclasses.replace(cfg, out=str(run))   # the settings as saved: with the folder they went to
+            if self.resume:
+                self.ck = load_checkpoint(run/"last.pt")
+                saved = self.ck["config"]
+                check_resume_compatible(saved, {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
+            elif self.main: write_json(asdict(cfg), run/"config.json")
+        except BaseException: self.close(failed=True); raise
         self.amp_dtype = amp_dtype(cfg, self.device)
         if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
         self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
@@ -372,7 +373,7 @@ def _after_update(self:Run, epoch:int, i:int, n:int, halt:bool, stop:GracefulSto
         st["train_time"] += time.time() - self.t_ep; self.t_ep = time.time()
         self.save_last()
         if halt: raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{n} "
-                                           f"({self.dir/'last.pt'}). Resume with: minbert_train --resume {self.dir}")
+                                           f"({self.dir/'last.pt'}). Resume with: minbert_train --resume {self.dir}", stop.signal)
 
 # %% ../nbs/09_train.ipynb #038c0779
 @patch
@@ -392,7 +393,7 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     if stop.requested and epoch < cfg.epochs:
         raise TrainingInterrupted(f"{stop.signal}: checkpoint saved after epoch {epoch} ({self.dir/'last.pt'}). "
                                   f"Resume with: minbert_train --resume {self.dir}" if self.main else
-                                  f"{stop.signal}: rank {self.rank} stopped after epoch {epoch}.")
+                                  f"{stop.signal}: rank {self.rank} stopped after epoch {epoch}.", stop.signal)
 
 @patch
 def _evaluate(self:Run) -> tuple:
@@ -450,6 +451,11 @@ def finish(self:Run) -> dict:
     return metrics
 
 @patch
+def close(self:Run, failed:bool=False):
+    "Give the run folder back (its lock, `08e_folders`); after a start that failed before training, remove what it wrote"
+    if self.folder is not None: self.folder.close(failed); self.folder = None
+
+@patch
 def _metrics(self:Run) -> dict:
     "`metrics.json`: the best epoch's dev scores, and what made them (data, parameters, device, precision, code, methods)"
     cfg, st, data, step = self.cfg, self.st, self.data, self.step
@@ -482,12 +488,18 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
     """Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`).
     `on_step(info)`, if given, is called after every training step (`info`: epoch, i, of, step); a true result asks the run
     to stop as Ctrl-C does (it saves a checkpoint and raises `TrainingInterrupted`). A config with phases goes to `train_phases` (`14_phases`)"""
-    run = Run(cfg, progress, resume, init_from, on_step).open().build()
-    with GracefulStop() as stop:
-        for epoch in range(run.st["epoch"], cfg.epochs + 1):
-            run.train_epoch(epoch, stop)
-            run.end_epoch(epoch, stop)
-    return run.finish()
+    run = Run(cfg, progress, resume, init_from, on_step).open()
+    try:
+        run.build()
+        if run.folder is not None: run.folder.started = True   # from here on, a failure leaves the run's files to read
+        with GracefulStop() as stop:
+            for epoch in range(run.st["epoch"], cfg.epochs + 1):
+                run.train_epoch(epoch, stop)
+                run.end_epoch(epoch, stop)
+        m = run.finish()
+    except BaseException as e: run.close(failed=not isinstance(e, TrainingInterrupted)); raise
+    run.close()
+    return m
 
 if __name__ == "__main__" and globals().get("__spec__") is not None:   # python -m minbert_nb.train: the commands moved, say where
     raise SystemExit("minbert_nb.train holds the training loop; the command is `minbert_train`, or `python -m minbert_nb.commands` "
@@ -504,13 +516,60 @@ def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
                     amp_dtype(c, device), progress=progress)
     return m
 
+def read_run_config(path) -> TrainConfig:
+    """The `TrainConfig` in a run's `config.json` at `path`, or one line that says what is wrong with the file: not JSON (with
+    its line), not an object, a field of the wrong type or value"""
+    path = Path(path)
+    try: d = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError: raise FileNotFoundError(f"{path}: missing; is {path.parent} a minbert_train run folder?") from None
+    except json.JSONDecodeError as e: raise ValueError(f"{path}:{e.lineno}: not valid JSON ({e.msg}); the file was damaged or "
+                                                       "edited by hand: restore it, or train the run again.") from None
+    except (OSError, UnicodeDecodeError) as e: raise ValueError(f"{path}: cannot be read ({e}).") from None
+    if not isinstance(d, dict): raise ValueError(f"{path}: expected a JSON object of TrainConfig fields, found a {type(d).__name__}; "
+                                                 "restore the file, or train the run again.")
+    try: return saved_config(d)
+    except (TypeError, ValueError) as e: raise ValueError(f"{path}: {e} Restore the file, or train the run again.") from None
+
+def load_weights(model, state:dict, path, config_path=None):
+    "Load `state` into `model`, or one line that says the weights in `path` do not fit the model its config describes"
+    try: model.load_state_dict(state)
+    except RuntimeError as e:
+        mine, theirs = model.state_dict(), state
+        missing, extra = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
+        shapes = [k for k in set(mine) & set(theirs) if tuple(mine[k].shape) != tuple(theirs[k].shape)]
+        what = "; ".join(x for x in (f"{len(missing)} missing (e.g. {missing[0]})" if missing else "",
+                                     f"{len(extra)} unexpected (e.g. {extra[0]})" if extra else "",
+                                     f"{len(shapes)} of another shape (e.g. {shapes[0]}: {tuple(theirs[shapes[0]].shape)} here, "
+                                     f"{tuple(mine[shapes[0]].shape)} in the model)" if shapes else "") if x)
+        raise ValueError(f"{path}: its weights do not fit the model that {config_path or 'its config'} describes ({what or str(e)[:200]}); "
+                         "was the config edited after training? Restore it, or train the run again.") from None
+    return model
+
 def load_run(run_dir, device=None):
     "Model and config of a finished run"
-    run = Path(run_dir)
+    run = expand(run_dir)
+    if not run.is_dir(): raise FileNotFoundError(f"{run}: no such run folder.")
     for f in ("config.json", "best.pt"):
         if not (run/f).is_file(): raise FileNotFoundError(f"{run/f}: missing; is {run} a minbert_train run folder (with save_checkpoint on)?")
-    cfg = saved_config(json.loads((run/"config.json").read_text()))
+    cfg = read_run_config(run/"config.json")
     dev = default_device(device or cfg.device)
+    ck = load_checkpoint(run/"best.pt")
+    check_same_model(cfg, ck.get("config"), run/"config.json", run/"best.pt")
     model = MultitaskBert(cfg.model_config())
-    model.load_state_dict(load_checkpoint(run/"best.pt")["model"])
+    load_weights(model, ck["model"], run/"best.pt", run/"config.json")
     return model.to(dev).eval(), cfg
+
+# what a run may change between its phases, or that does not change what a trained model computes (dropouts act in training only)
+_TRAINING_ONLY = ("mode", "hidden_dropout", "attention_dropout", "head_dropout", "random_init")
+
+def check_same_model(cfg:TrainConfig, saved:dict|None, config_path, ck_path):
+    """Refuse a run whose `config.json` describes another model than the one its checkpoint was trained as (the checkpoint
+    keeps its config): an edited pooling or head would load the weights and silently compute something else"""
+    if not isinstance(saved, dict): return                  # (a checkpoint without its config: nothing to compare)
+    try: theirs = saved_config(saved).model_config()
+    except (TypeError, ValueError): return
+    mine = cfg.model_config()
+    diff = [f"{f.name}: {getattr(mine, f.name)!r} there, {getattr(theirs, f.name)!r} in training" for f in dataclasses.fields(mine)
+            if f.name not in _TRAINING_ONLY and getattr(mine, f.name) != getattr(theirs, f.name)]
+    if diff: raise ValueError(f"{config_path} describes another model than {ck_path} was trained as ({'; '.join(diff[:4])}); was "
+                              "config.json edited after training? Restore it, or train the run again.")

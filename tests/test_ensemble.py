@@ -157,7 +157,7 @@ def test_ensemble_runs_scores_and_files(fixture_runs, dev, small_data, tmp_path,
     m = ensemble_runs(fixture_runs, out, data_dir=small_data)
     assert "note: para-test skipped" in capsys.readouterr().out and m["skipped"] == ["para-test"]
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert files == ["config.json", "figures/members.png", "metrics.json", "predictions/para-dev-output.csv",
+    assert files == [".minbert-folder.json", "config.json", "figures/members.png", "metrics.json", "predictions/para-dev-output.csv",
                      "predictions/sst-dev-output.csv", "predictions/sst-test-output.csv", "predictions/sts-dev-output.csv"]
     P, ids = _members(fixture_runs, "sst")
     y = _labels(dev, "sst", ids)
@@ -183,7 +183,7 @@ def test_ensemble_runs_scores_and_files(fixture_runs, dev, small_data, tmp_path,
     assert prediction_path(out, "para", "test").is_file() and json.loads((out / "config.json").read_text())["members"] == [str(r) for r in fixture_runs[:3]]
     with pytest.raises(ValueError, match="is one of the members"): ensemble_runs(fixture_runs, fixture_runs[0], data_dir=small_data)
     (tmp_path / "run").mkdir(); (tmp_path / "run" / "best.pt").write_text("x")
-    with pytest.raises(FileExistsError, match="not an ensemble folder"): ensemble_runs(fixture_runs, tmp_path / "run", data_dir=small_data)
+    with pytest.raises(FileExistsError, match="holds files that minbert_ensemble did not write"): ensemble_runs(fixture_runs, tmp_path / "run", data_dir=small_data)
 
 def test_id_mismatch_names_the_member_and_count(fixture_runs, tmp_path):
     df = read_predictions(prediction_path(fixture_runs[0], "sts", "dev"), "sts")

@@ -198,6 +198,6 @@ def test_what_a_format_cannot_carry_is_refused(runs, preds, tmp_path):
     finally:
         with torch.no_grad(): w.sub_(0.01)
     assert not (tmp_path / "peft-changed").exists()
-    with pytest.raises(SystemExit, match="exists and is not empty"):
+    with pytest.raises(SystemExit, match="exists and holds files that minbert_export did not write"):
         (tmp_path / "taken").mkdir(); (tmp_path / "taken" / "x").write_text("x")
         minbert_export([str(runs / "full"), str(tmp_path / "taken")])
