@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/core.html.md"""
 
 # %% ../nbs/00_core.ipynb #d39c5ca8
 from __future__ import annotations
-import argparse, inspect, json, os, random, subprocess, sys, warnings
+import argparse, inspect, json, os, random, re, subprocess, sys, warnings
 from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 import numpy as np
@@ -192,7 +192,11 @@ def _to_bool(s) -> bool:
 
 def arg_parser(prog:str, description:str="") -> argparse.ArgumentParser:
     "The `ArgumentParser` of every minbert_nb command: its name, what it does, and each option's default in `--help`"
-    return argparse.ArgumentParser(prog=prog, description=description.strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(prog=prog, description=description.strip(), formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    # a negative number in exponent form is a value, not an option: `--lr_backbone -1e-3` reaches the range check (argparse's own
+    # pattern knows -3 and -0.5 only, and answered "expected one argument")
+    p._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+[eE][-+]?\d+$")
+    return p
 
 _NONE = inspect.Parameter.empty
 

@@ -270,3 +270,9 @@ def test_a_saved_run_above_the_position_table_still_loads():
     assert saved_config(dict(max_length=100_000)).max_length == 100_000
     with pytest.raises(ValueError, match="--max_length 0"): saved_config(dict(max_length=0))
     with pytest.raises(ValueError, match=r"\[3, 512\]"): TrainConfig(max_length=100_000)   # a new run is refused
+
+
+def test_a_negative_number_in_exponent_form_is_a_value(capsys):
+    "`--lr_backbone -1e-3` (with a space) reaches the range check; argparse took it for an option and said 'expected one argument'"
+    with pytest.raises(SystemExit): config_from_args(["--lr_backbone", "-1e-3"])
+    assert "--lr_backbone -0.001: expected a number >= 0" in capsys.readouterr().err
