@@ -30,7 +30,9 @@ def ell_s(task, p, q):
     "ℓ_s(p, q): KL(P‖Q) + KL(Q‖P) of the heads' distributions (SST: softmax of 5 logits; Quora: Bernoulli of one logit), squared error (STS)"
     if task == "sst": lp, lq = F.log_softmax(p, -1), F.log_softmax(q, -1)
     elif task == "para":                          # Bernoulli(σ(a)) as two classes: log σ(a), log(1 - σ(a)) = log σ(-a)
-        lp, lq = (torch.stack([F.logsigmoid(-z), F.logsigmoid(z)], -1) for z in (p, q))
+        # in float64: near δ = 0 the two logits differ by a few float32 ulps, and this definitional form cancels to exactly 0
+        # in float32 (no gradient, no step), as it did on one CPU for a pair whose logit moved by 3 ulps
+        lp, lq = (torch.stack([F.logsigmoid(-z), F.logsigmoid(z)], -1) for z in (p.double(), q.double()))
     else: return ((p - q) ** 2).mean()
     kl = lambda la, lb: (la.exp() * (la - lb)).sum(-1)
     return (kl(lp, lq) + kl(lq, lp)).mean()
