@@ -18,7 +18,7 @@ from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
 from .peft import plot_frontier
-from .evaluate import overall_score, prediction_path, raw_path
+from .evaluate import overall_score, with_overall, prediction_path, raw_path
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
@@ -534,7 +534,7 @@ def _merge(parts:list) -> dict:
     for p in parts:                                   # the parts' scores together; the first part's counts
         for k in _KEEP:
             if k in p and (k not in m or k.endswith(("_acc", "_corr"))): m[k] = p[k]
-    if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
+    with_overall(m)
     return m
 
 def _clean_checkpoints(folder:Path):

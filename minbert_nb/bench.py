@@ -13,7 +13,7 @@ import torch
 from .core import *
 from .bert import *
 from .attention import configure_sdpa
-from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights
+from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers
 from .optimizer import AdamW
 from .data import load_split
 
@@ -72,21 +72,11 @@ def bench_sentences(n:int, data_dir=None, seed:int=0) -> tuple:
         return (FALLBACK_SENTENCES * reps)[:n], "built-in sentences (no data folder found)"
 
 # %% ../nbs/24_bench.ipynb #d5408338
-@contextlib.contextmanager
-def _quiet_transformers():
-    import transformers.utils.logging as hf_log
-    v, bar = hf_log.get_verbosity(), hf_log.is_progress_bar_enabled()
-    hf_log.set_verbosity_error(); hf_log.disable_progress_bar()
-    try: yield
-    finally:
-        hf_log.set_verbosity(v)
-        if bar: hf_log.enable_progress_bar()
-
 def load_pair(backbone=None, config:BertConfig|None=None, device=None) -> tuple:
     "`(minbert, hf)`: minBERT and `transformers.BertModel` (SDPA) with the same weights, from `backbone` or random with `config`"
     import transformers
     device = default_device(device)
-    with _quiet_transformers():
+    with quiet_transformers():
         if config is None:
             path = resolve_checkpoint(backbone)
             mb = load_bert(path)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 from .data import DataError, get_task, load_split, plain_or_gz
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
-                                 score_split, overall_score, pearson, accuracy)
+                                 score_split, overall_score, with_overall, pearson, accuracy)
 from .checkpoint import write_json
 from .folders import expand, check_new_folder, OutputFolder
 from .core import stamp_run_figure, cli, code_version
@@ -232,8 +232,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
         if k not in s: continue                               # no labelled row
         metrics.update({k: s[k], f"{t}_n": s["n"]}, **({f"{t}_n_unlabelled": s["n_unlabelled"]} if s["n_unlabelled"] else {}))
         for m, f in zip([m for m, h in zip(members, r["have"]) if h], r["members"]): m[k] = score_against(t, f, labels)[k]
-    for m in [metrics, *members]:
-        if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
+    for m in [metrics, *members]: with_overall(m)
     for r, m in zip(runs, members):
         mj = json.loads((r/"metrics.json").read_text()) if (r/"metrics.json").is_file() else {}
         m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}

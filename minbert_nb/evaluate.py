@@ -17,9 +17,9 @@ from .checkpoint import atomic_write_text
 from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC
 
 # %% auto #0
-__all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'predict_split', 'score_split', 'evaluate',
-           'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path', 'write_raw',
-           'read_raw']
+__all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'with_overall', 'predict_split', 'score_split',
+           'evaluate', 'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path',
+           'write_raw', 'read_raw']
 
 # %% ../nbs/10_evaluate.ipynb #d2d063e3
 def accuracy(pred, gold) -> float:
@@ -38,6 +38,11 @@ def pearson(pred, gold) -> float:
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     "CS224N leaderboard score: mean of SST acc, Quora acc and (STS r + 1) / 2"
     return (sst_acc + para_acc + (sts_corr + 1) / 2) / 3
+
+def with_overall(m:dict) -> dict:
+    "`m` (a dict of scores) with its `overall` set when it holds all three tasks' scores; the one place that rule is written"
+    if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
+    return m
 
 # %% ../nbs/10_evaluate.ipynb #f79367d6
 @torch.inference_mode()
@@ -87,9 +92,7 @@ def evaluate(model, loaders:dict, device=None, amp_dtype=None, progress:bool=Fal
         metrics.update({k: v for k, v in s.items() if k.endswith(("_acc", "_corr"))})
         metrics[f"{task}_n"] = s["n"]
         if s["n_unlabelled"]: metrics[f"{task}_n_unlabelled"] = s["n_unlabelled"]
-    if all(k in metrics for k in ("sst_acc", "para_acc", "sts_corr")):
-        metrics["overall"] = overall_score(metrics["sst_acc"], metrics["para_acc"], metrics["sts_corr"])
-    return metrics, preds
+    return with_overall(metrics), preds
 
 # %% ../nbs/10_evaluate.ipynb #a1ca21f1
 PRED_HEADERS = {"sst": "Predicted_Sentiment", "cfimdb": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase",

@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from .core import cli
-from .pretrained import resolve_checkpoint, is_embedded, tokenize
+from .pretrained import resolve_checkpoint, is_embedded, tokenize, quiet_transformers
 from .lora import LoRALinear, set_merged
 from .peft import parse_peft
 from .config import saved_config
@@ -119,22 +119,11 @@ def write_heads(model, out, max_length:int|None=None):
     (Path(out)/"minbert_heads.json").write_text(json.dumps(desc, indent=2) + "\n")
 
 # %% ../nbs/22_export.ipynb #bfec3f9a
-@contextlib.contextmanager
-def _quiet_transformers():
-    "transformers without its progress bars and info logs (building and saving a model prints several)"
-    from transformers.utils import logging as hl
-    v, bar = hl.get_verbosity(), hl.is_progress_bar_enabled()
-    hl.set_verbosity_error(); hl.disable_progress_bar()
-    try: yield
-    finally:
-        hl.set_verbosity(v)
-        if bar: hl.enable_progress_bar()
-
 def write_hf(p:Predictor, out):
     "config.json, model.safetensors (LoRA/DoRA merged) and the tokenizer files of `p`'s encoder in folder `out`"
     import transformers
     out, sd = Path(out), bert_state_dict(p.model.bert)
-    with _quiet_transformers():
+    with quiet_transformers():
         hf = transformers.BertModel(transformers.BertConfig(**hf_config(p.model.bert)))
         r = hf.load_state_dict(sd, strict=False)
         if r.missing_keys or r.unexpected_keys:
@@ -177,7 +166,7 @@ EMBEDDED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"   # the hub id of the
 def load_base(p:Predictor):
     "The run's backbone as transformers' `BertModel`: the base a peft adapter of `p` goes on"
     import transformers
-    with _quiet_transformers(): return transformers.BertModel.from_pretrained(str(resolve_checkpoint(p.cfg.backbone))).eval()
+    with quiet_transformers(): return transformers.BertModel.from_pretrained(str(resolve_checkpoint(p.cfg.backbone))).eval()
 
 def write_peft(p:Predictor, out):
     "adapter_config.json and adapter_model.safetensors of `p`'s LoRA/DoRA, written by peft itself, in folder `out`"
@@ -215,7 +204,7 @@ def verify_export(p:Predictor, folder, fmt:str, tol:float=1e-4) -> dict:
     with torch.inference_mode():
         if fmt == "sentence-transformers":
             from sentence_transformers import SentenceTransformer
-            with _quiet_transformers(): st = SentenceTransformer(str(folder), device="cpu")
+            with quiet_transformers(): st = SentenceTransformer(str(folder), device="cpu")
             e = torch.as_tensor(st.encode(a + b, convert_to_tensor=True)).float().cpu()
             r = Predictor(model, p.cfg, p.tok).embed(a + b, normalize=st_normalize(model))
             res = dict(min_cosine=F.cosine_similarity(e, r).min().item(), max_abs_diff=(e - r).abs().max().item())
@@ -223,7 +212,7 @@ def verify_export(p:Predictor, folder, fmt:str, tol:float=1e-4) -> dict:
             return res
         if fmt == "hf":
             import transformers
-            with _quiet_transformers(): theirs = transformers.AutoModel.from_pretrained(str(folder)).eval()
+            with quiet_transformers(): theirs = transformers.AutoModel.from_pretrained(str(folder)).eval()
         else:
             from peft import PeftModel
             with warnings.catch_warnings():

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/pretrained.html.md"""
 
 # %% ../nbs/02a_pretrained.ipynb #9afba91b
 from __future__ import annotations
-import os, re, warnings
+import contextlib, os, re, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
@@ -18,7 +18,7 @@ from .bert import *
 __all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded', 'backbone_name',
            'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
            'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'load_tokenizer', 'tokenize',
-           'mean_pool', 'embed_sentences', 'demo_similarity']
+           'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -157,6 +157,18 @@ def tokenize(tokenizer, text, text_pair=None, max_length:int=512, device=None) -
     enc = tokenizer(text, text_pair, padding=True, truncation=True, max_length=min(max_length, 512),
                     return_tensors="pt", return_token_type_ids=True)
     return {k: (v if device is None else v.to(device)) for k, v in enc.items()}
+
+# %% ../nbs/02a_pretrained.ipynb #7a1c0e11
+@contextlib.contextmanager
+def quiet_transformers():
+    "transformers without its progress bars and info logs while loading, building or saving a model (each prints several); restored after"
+    from transformers.utils import logging as hl
+    v, bar = hl.get_verbosity(), hl.is_progress_bar_enabled()
+    hl.set_verbosity_error(); hl.disable_progress_bar()
+    try: yield
+    finally:
+        hl.set_verbosity(v)
+        if bar: hl.enable_progress_bar()
 
 # %% ../nbs/02a_pretrained.ipynb #fc7d4128
 def mean_pool(hidden:torch.Tensor, attention_mask:torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,7 @@ from .folders import expand, OutputFolder
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype',
            'optimizer_updates', 'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train',
-           'score_dev', 'read_run_config', 'load_weights', 'load_run', 'check_same_model']
+           'score_dev', 'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -530,7 +530,7 @@ def read_run_config(path) -> TrainConfig:
     try: return saved_config(d)
     except (TypeError, ValueError) as e: raise ValueError(f"{path}: {e} Restore the file, or train the run again.") from None
 
-def load_weights(model, state:dict, path, config_path=None):
+def load_run_weights(model, state:dict, path, config_path=None):
     "Load `state` into `model`, or one line that says the weights in `path` do not fit the model its config describes"
     try: model.load_state_dict(state)
     except RuntimeError as e:
@@ -556,7 +556,7 @@ def load_run(run_dir, device=None):
     ck = load_checkpoint(run/"best.pt")
     check_same_model(cfg, ck.get("config"), run/"config.json", run/"best.pt")
     model = MultitaskBert(cfg.model_config())
-    load_weights(model, ck["model"], run/"best.pt", run/"config.json")
+    load_run_weights(model, ck["model"], run/"best.pt", run/"config.json")
     return model.to(dev).eval(), cfg
 
 # what a run may change between its phases, or that does not change what a trained model computes (dropouts act in training only)
