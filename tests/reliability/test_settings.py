@@ -225,6 +225,11 @@ def _error(argv, capsys) -> str:
     ('"quick"', "c.json: holds a string, not a JSON object"),
     ('3', "c.json: holds a number, not a JSON object"),
     ('{"epochs": 2,\n}', "c.json:2: not valid JSON"),
+    ('{"epochs": 3,\n "pooling": "mean",\n}', "c.json:3"),                  # bad JSON: file and line
+    ('{"epochs": "three"}', "c.json: field epochs='three' (str): expected int"),
+    ('{"epoch": 3}', "unknown field(s) ['epoch']"),
+    ('{"lr_backbone": [1e-5]}', "field lr_backbone=[1e-05] (list): expected float"),
+    ('{"sampler": "random"}', "sampler='random'"),
 ])
 def test_config_file_that_is_not_an_object(tmp_path, capsys, body, expect):
     f = tmp_path/"c.json"; f.write_text(body)
