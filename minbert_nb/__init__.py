@@ -8,7 +8,7 @@ _HOMES = {
     "BertModel": "bert", "BertConfig": "bert", "load_bert": "pretrained", "load_tokenizer": "pretrained",
     "MultitaskBert": "multitask", "ModelConfig": "multitask", "fake_batch": "multitask",
     "PeftConfig": "peft", "inject_peft": "peft", "AdamW": "optimizer",
-    "TrainStep": "step", "StepContext": "step", "SmartTerm": "smart", "PCGradGrads": "step",
+    "TrainStep": "step", "StepContext": "step", "SmartTerm": "smart", "PCGradGrads": "pcgrad",
     "TrainConfig": "config", "PRESETS": "config", "preset_config": "config", "build_data": "run_data",
     "Run": "train", "load_run": "train", "score_dev": "train", "train_phases": "phases", "run_training": "phases",
     "overall_score": "evaluate", "Predictor": "predictor", "export_run": "export",

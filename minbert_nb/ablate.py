@@ -17,7 +17,7 @@ from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
-from .peft import plot_frontier
+from .analysis import plot_frontier
 from .evaluate import overall_score, with_overall, prediction_path, raw_path
 from .config import PRESETS, TrainConfig
 from .checkpoint import write_json

@@ -84,7 +84,7 @@ class TrainConfig(ModelConfig):
     data_dir: str|None = None        # data folder (cs224n/, extra/); default $MINBERT_DATA or ../shared/data
     device: str|None = None          # cpu | cuda | mps; default best available
     seed: int = 11711                # CS224N's default seed
-    # --- model and PEFT modules: the fields of ModelConfig (06_multitask), which extends PeftConfig (11c_peft); declared there
+    # --- model and PEFT modules: the fields of ModelConfig (06_multitask), which extends PeftConfig (05d_peft); declared there
     # --- data
     max_length: int = 128            # tokens per sequence (a cross-encoder pair counts both sentences)
     batch_size: int = 16
@@ -134,7 +134,7 @@ class TrainConfig(ModelConfig):
     contrastive_batch: int = 64      # pairs per contrastive batch (the other pairs of the batch are each pair's negatives)
     contrastive_every: int = 1       # a contrastive batch every k steps
     para_prior: float|None = None    # correct Quora predictions to this positive rate (prior shift; see below)
-    # --- multitask optimisation (see 08b_step, 12_smart, 13_pcgrad)
+    # --- multitask optimisation (see 08b_step, 08g_smart, 08h_pcgrad)
     smart_weight: float = 0.0        # SMART smoothness-inducing regulariser lambda_s (0 = off; seed 004: 1 or 5)
     smart_eps: float = 0.02          # SMART: radius of the perturbation of the embedding output (infinity norm per coordinate)
     smart_step: float = 0.02         # SMART: step size eta of each normalised ascent step
@@ -147,7 +147,7 @@ class TrainConfig(ModelConfig):
     grad_conflicts_every: int = 50   # optimizer steps between two measurements
     grad_conflicts_batches: int = 1  # batches averaged into each task gradient of a measurement (more: less sampling noise)
     ema: float = 0.0                 # decay of a moving average of the weights, evaluated and saved instead of them (08b_step); 0 = off, e.g. 0.999
-    distill_from: str|None = None    # teachers (15a_distill): a run folder or best.pt, a comma list of them, or "previous" (a phase: the phase before)
+    distill_from: str|None = None    # teachers (08i_distill): a run folder or best.pt, a comma list of them, or "previous" (a phase: the phase before)
     distill_weight: float = 0.0      # weight of the distillation term beside the task loss (0 = off; 1 = as much as the labels)
     distill_temp: float = 2.0        # distillation temperature T of the softened class distributions (SST, Quora)
     from_pretrained: bool = False    # a phase: start from the pretrained backbone and fresh heads, not the phase before's weights (born-again)
@@ -315,7 +315,7 @@ PRESETS.update({
                          phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32,
                                       steps_per_epoch=240, grad_conflicts=False),
                                  dict(name="multitask", steps_per_epoch=160)]),
-    # born-again distillation (15a_distill): best-offline, then a fresh best-offline student taught by it (about twice the time)
+    # born-again distillation (08i_distill): best-offline, then a fresh best-offline student taught by it (about twice the time)
     "best-offline-distill": dict(PRESETS["best-offline"], phases=[dict(name="teacher"),
                                  dict(name="student", from_pretrained=True, distill_from="previous", distill_weight=1.0, distill_temp=2.0)]),
     # the seeds' own budgets, for a GPU: seed 004's one epoch of Quora before simultaneous training

@@ -58,7 +58,7 @@ TASKS = {t.name: t for t in [
     TaskSpec("sts",    "pair",   "float", 0, 5, 1, "similarity"),    # STS benchmark: a score in [0, 5]
     TaskSpec("cfimdb", "single", "int",   0, 1, 2, "sentiment"),     # CFIMDB movie reviews: negative/positive
 ]}
-TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key (10_evaluate)
+TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key (08f_evaluate)
 SCORE_KEYS = (*TASK_METRIC.values(), "overall")   # the scores a run reports, in the order tables and figures show them
 
 def get_task(task) -> TaskSpec:

@@ -128,7 +128,7 @@ class MultitaskBert(nn.Module):
         return self
 
     def param_report(self) -> dict:
-        "Parameter counts: total, trainable, backbone_trainable, peft, layernorm, heads (see `11c_peft`)"
+        "Parameter counts: total, trainable, backbone_trainable, peft, layernorm, heads (see `05d_peft`)"
         return param_report(self)
 
     @torch.no_grad()

@@ -13,11 +13,10 @@ from torch import nn
 import torch.nn.functional as F
 from .core import to_device
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss, cosent_loss
-from .pcgrad import PCGrad, GradConflictLog, task_gradients, shared_params, grad_cosines
 
 # %% auto #0
-__all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads',
-           'PCGradGrads', 'StepStats', 'TrainStep', 'WeightEMA', 'ConflictProbe']
+__all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads', 'StepStats',
+           'TrainStep', 'WeightEMA']
 
 # %% ../nbs/08b_step.ipynb #6f308da3
 def _rng_devices(device:torch.device) -> list:
@@ -31,7 +30,7 @@ class StepContext:
     amp_dtype: torch.dtype|None = None    # autocast dtype, or None for fp32
     rng: tuple|None = None                # (CPU state, CUDA states) taken before the forward, when a term asked for it
     host_labels: torch.Tensor|None = None # the batch's labels before they went to the device (read them without a sync)
-    host_batch: dict|None = None          # the whole batch as it was on the host (token ids without a sync; 15a_distill)
+    host_batch: dict|None = None          # the whole batch as it was on the host (token ids without a sync; 08i_distill)
 
     def autocast(self):
         "The autocast context the step's forward ran under"
@@ -103,18 +102,6 @@ class SumGrads(GradTransform):
     name = "sum"
     def add(self, task, loss):
         if loss.requires_grad: loss.backward()
-
-class PCGradGrads(GradTransform):
-    "PCGrad once per optimizer step, on the task gradients summed over its window (`13_pcgrad.PCGrad`); the random order comes from its own seeded generator"
-    name = "pcgrad"
-    def __init__(self, model:nn.Module, tasks, seed:int=0, surgery:bool=True):
-        self.generator = torch.Generator().manual_seed(seed)
-        self.pc = PCGrad(model, tasks, surgery=surgery, generator=self.generator)
-    def add(self, task, loss):
-        if loss.requires_grad: self.pc.add(task, loss)
-    def end_step(self): return self.pc.apply()
-    def state_dict(self): return dict(generator=self.generator.get_state())
-    def load_state_dict(self, sd): self.generator.set_state(sd["generator"])
 
 # %% ../nbs/08b_step.ipynb #3b48777c
 class StepStats:
@@ -290,39 +277,3 @@ class WeightEMA:
     def load_state_dict(self, sd:dict):
         if sd["names"] != self.names: raise ValueError("WeightEMA: the saved average is of other parameters (another model or mode?).")
         self.t, self.shadow = sd["t"], [s.clone() for s in sd["shadow"]]
-
-# %% ../nbs/08b_step.ipynb #1824823a
-class ConflictProbe:
-    "Every `every` optimizer steps: each task's gradient on the shared parameters from its own fresh batch; cosines into `log`"
-    def __init__(self, model:nn.Module, iterators, tasks, every:int, ctx:StepContext, rows=None, reference:bool=True, batches:int=1):
-        if every < 1 or batches < 1: raise ValueError(f"ConflictProbe: every={every}, batches={batches}; expected at least 1 of each.")
-        self.model, self.iters, self.tasks, self.every, self.ctx = model, iterators, list(tasks), every, ctx
-        self.reference, self.batches = reference, batches
-        self.params = shared_params(model, self.tasks)
-        self.log = GradConflictLog(rows)
-
-    def due(self, step:int) -> bool: return step % self.every == 0
-
-    def measure(self, step:int, epoch:int) -> dict:
-        "Record the pairwise cosines of the tasks' gradients at the current weights; returns them"
-        def grad1(t):
-            b = to_device(self.iters.next(t), self.ctx.device)
-            with self.ctx.autocast(): out = self.model(b)
-            return task_gradients({t: base_loss(t, out, b["labels"])}, self.params)[t]
-        def grad(t):                                     # the mean gradient over `batches` fresh batches of task t
-            g = grad1(t)
-            for _ in range(self.batches - 1): g = g + grad1(t)
-            return g / self.batches
-        with torch.random.fork_rng(devices=_rng_devices(self.ctx.device)):
-            grads, same = {}, {}
-            for t in self.tasks:
-                grads[t] = grad(t)
-                if self.reference: same[t] = grad_cosines({0: grads[t], 1: grad(t)})[(0, 1)]   # a second batch of the same task
-        cos = self.log.record(step, epoch, grads)
-        for t, c in same.items():
-            self.log.rows.append(dict(step=int(step), epoch=int(epoch), task_a=t, task_b=t, cosine=c)); cos[(t, t)] = c
-        return cos
-
-    def state_dict(self) -> dict: return dict(rows=self.log.rows, iterators=self.iters.state_dict())
-    def load_state_dict(self, sd:dict):
-        self.log = GradConflictLog(sd.get("rows")); self.iters.load_state_dict(sd["iterators"])

@@ -23,9 +23,10 @@ from .data import SCORE_KEYS, make_loader
 from .multitask import MultitaskBert
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
-from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads, PCGradGrads, ConflictProbe
+from .pcgrad import PCGradGrads, ConflictProbe
+from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads
 from .smart import SmartTerm, BregmanTerm
-from .distill import TeacherTargets, DistillTerm
+from .distill import TeacherTargets, DistillTerm, load_teachers
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 from .checkpoint import (atomic_save, load_checkpoint, rng_state, set_rng_state, GracefulStop, TrainingInterrupted,
                                    check_resume_compatible, write_json)
@@ -34,9 +35,9 @@ from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'task_loss', 'load_teachers', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype',
-           'optimizer_updates', 'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train',
-           'score_dev', 'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
+__all__ = ['RUNTIME_FIELDS', 'task_loss', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
+           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train', 'score_dev', 'read_run_config',
+           'load_run_weights', 'load_run', 'check_same_model']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -49,29 +50,10 @@ def _single_process(what:str, world:int):
     if world > 1: raise ValueError(f"{what} runs in one process only (its extra forwards and per-task gradients are not "
                                    "synchronised across ranks); train without torchrun, or without it.")
 
-def load_teachers(spec:str, previous=None, device=None) -> list:
-    "Teacher models for `--distill_from`: run folders or checkpoint files (comma list); 'previous' is `previous` (a phase's predecessor)"
-    out = []
-    for s in [x.strip() for x in str(spec).split(",") if x.strip()]:
-        if s == "previous":
-            if previous is None: raise ValueError("distill_from='previous' names the phase before this one: use it in a later phase of --phases, "
-                                                  "or give a run folder.")
-            path = Path(previous)
-        else: path = Path(s)/"best.pt" if Path(s).is_dir() else Path(s)
-        ck = load_checkpoint(path)
-        try: tcfg = saved_config(ck.get("config", {}))
-        except (TypeError, ValueError) as e: raise ValueError(f"{path}: its saved config does not describe a model this version can build ({e}).") from None
-        with torch.random.fork_rng(devices=[]):   # building it draws no numbers from the run's stream (resume stays exact)
-            m = MultitaskBert(dataclasses.replace(tcfg.model_config(), random_init=True))   # the weights come from the checkpoint
-        m.load_state_dict(ck["model"])
-        out.append(m.to(device or "cpu").eval())
-    if not out: raise ValueError(f"distill_from={spec!r}: no teacher named.")
-    return out
-
 def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1, previous=None) -> list:
     "The extra loss terms `cfg` asks for: MNRL on in-batch positives, SMART smoothness, Bregman proximal point, distillation"
     terms = []
-    if cfg.distill_weight:   # the teachers' targets (15a_distill); `previous`: the phase before's best.pt
+    if cfg.distill_weight:   # the teachers' targets (08i_distill); `previous`: the phase before's best.pt
         teachers = load_teachers(cfg.distill_from, previous, next(model.parameters()).device)
         terms.append(DistillTerm(TeacherTargets(teachers, model, cfg.distill_temp), cfg.distill_weight))
     if cfg.mnrl_weight: terms.append(MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale))

@@ -55,9 +55,10 @@ needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not in
                                     "the in-browser checks of the docs site (links, images, sidebar, math, screenshots) are skipped")
 SCREENS = ROOT / "_site_screens"                   # screenshots kept for people to look at (git-ignored)
 MATH_PAGES = ("losses.html", "smart.html", "run_data.html")   # pages whose prose has TeX math
-SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (17_analysis) once it exists
+SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (15b_analysis) once it exists
 
-SECTIONS = ["Start here", "Model", "Data", "Training", "Parameter-efficient modules", "Multitask optimisation", "Experiments"]
+SECTIONS = ["Start here", "Model and optimizer", "Data", "Heads and parameter-efficient modules", "Multitask model and training step",
+            "Evaluation and multitask optimisation", "Training runs", "Experiments", "Using a trained model", "Benchmarks"]
 WALKTHROUGHS = {"19_reproduce_a_table", "20_inspect_a_model", "23_use_a_trained_model"}
 START_HERE = {"guide"} | WALKTHROUGHS   # the guide (every command and option) first, then the walkthroughs
 MACHINE_PATH = re.compile(r"(?<![\w.~:/])/(?:work|tmp|home|root|Users|private|var/folders|mnt|opt/conda)/|[\w/]+/site-packages/")
@@ -282,7 +283,7 @@ def test_math_is_typeset(browsed):
 
 @needs_chromium
 def test_screenshots(served, tmp_path_factory):
-    "Screenshots of the index, the analysis page (once nbs/17_analysis.ipynb exists) and a math page, in _site_screens/ and the tmp dir"
+    "Screenshots of the index, the analysis page (once nbs/15b_analysis.ipynb exists) and a math page, in _site_screens/ and the tmp dir"
     base, out, pages, log = served
     tmp = tmp_path_factory.mktemp("screens")
     SCREENS.mkdir(exist_ok=True)

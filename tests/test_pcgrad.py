@@ -272,7 +272,8 @@ def test_grad_conflict_log(tmp_path):
     assert GradConflictLog().summary() == {}
 
 # ---- gradient accumulation: one surgery per optimizer step, on the window's accumulated task gradients ------------------
-from minbert_nb.step import TrainStep, PCGradGrads, SumGrads, base_loss
+from minbert_nb.step import TrainStep, SumGrads, base_loss
+from minbert_nb.pcgrad import PCGradGrads
 
 ACCUM_B = 8                                            # rows per task batch; halves of 4 (seeds chosen so the tasks conflict)
 ACCUM_BATCHES = {t: fake_batch(t, B=ACCUM_B, seed=i) for i, t in enumerate(LOSS)}
@@ -375,14 +376,14 @@ def _train_args(out, data, *extra):
 
 def test_pcgrad_grad_accum_run_does_one_surgery_per_update_and_resumes_mid_window(tmp_path, small_data, monkeypatch):
     import os, signal
-    import minbert_nb.step as S
+    import minbert_nb.step as S, minbert_nb.pcgrad as P
     from minbert_nb.train import train
     from minbert_nb.config import config_from_args
     from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
-    ends, real_end = [], S.PCGradGrads.end_step
+    ends, real_end = [], P.PCGradGrads.end_step
     def end_step(self):
         g = real_end(self); ends.append(list(g)); return g
-    monkeypatch.setattr(S.PCGradGrads, "end_step", end_step)
+    monkeypatch.setattr(P.PCGradGrads, "end_step", end_step)
     train(config_from_args(_train_args(tmp_path / "full", small_data)), progress=False)
     full = load_checkpoint(tmp_path / "full" / "last.pt")
     assert full["progress"]["step"] == 2 and ends == [["sst", "para", "sts"]] * 2   # 4 micro-steps, 2 updates, 2 surgeries

@@ -198,7 +198,7 @@ def _lora_pair(dora:bool):
 @contextlib.contextmanager
 def _peft_dora_norm_in_graph(monkeypatch):
     """peft's `DoraLinearLayer.forward` with its two `.detach()` of the weight norm removed: minBERT keeps the norm in the graph
-    on purpose (the exact gradient of DoRA's formula; 11_lora). The rest is peft's own code, recompiled from its source"""
+    on purpose (the exact gradient of DoRA's formula; 05a_lora). The rest is peft's own code, recompiled from its source"""
     from peft.tuners.lora import dora
     src = textwrap.dedent(inspect.getsource(dora.DoraLinearLayer.forward))
     for a, b in {"lora_weight=lora_weight.detach()": "lora_weight=lora_weight", "weight_norm = weight_norm.detach()": "pass"}.items():

@@ -1,14 +1,11 @@
 """The package's shape: the main names importable from the package itself, no import circles between modules, and
-notebooks that import only from earlier ones (with the three known exceptions, which need a decision: see 09_train)"""
+notebooks that import only from earlier ones, numbered as they build on each other, and a sidebar in that order"""
 import json, re
 from pathlib import Path
 import minbert_nb
 
 ROOT = Path(__file__).resolve().parents[1]
 NBS = sorted(p for p in (ROOT/"nbs").glob("*.ipynb") if p.stem[:2].isdigit())
-# Later notebooks that these notebooks still import: the training run assembles methods that the story explains after it
-KNOWN_LATER = {("06_multitask", "11c_peft"), ("08b_step", "13_pcgrad"), ("09_train", "10_evaluate"), ("09_train", "12_smart"),
-               ("09_train", "15a_distill")}
 
 
 def test_main_names_import_from_the_package():
@@ -49,7 +46,17 @@ def test_notebooks_import_only_earlier_ones():
             if c["cell_type"] != "code": continue
             for mod in re.findall(r"(?:from|import) minbert_nb\.(\w+)", "".join(c["source"])):
                 if mod in home and order[home[mod]] > order[nb.stem]: later.add((nb.stem, home[mod]))
-    assert later <= KNOWN_LATER, f"notebooks importing from later ones: {sorted(later - KNOWN_LATER)}"
+    assert not later, f"notebooks importing from later ones (renumber them so each comes after what it imports): {sorted(later)}"
+
+
+def test_sidebar_follows_the_notebook_numbers():
+    "The book reads in build order: nbs/sidebar.yml lists the numbered notebooks of nbs/ in the order of their numbers"
+    import yaml
+    names = []
+    for item in yaml.safe_load((ROOT/"nbs"/"sidebar.yml").read_text())["website"]["sidebar"]["contents"]:
+        names += [Path(x).stem for x in (item["contents"] if isinstance(item, dict) else [item])]
+    numbered = [n for n in names if n[:2].isdigit() and (ROOT/"nbs"/f"{n}.ipynb").exists()]
+    assert numbered == sorted(numbered) == [p.stem for p in NBS], f"nbs/sidebar.yml: numbered notebooks out of order: {numbered}"
 
 
 def test_readme_report_counts_are_the_committed_report():

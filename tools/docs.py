@@ -12,7 +12,7 @@ what Quarto would render; only the theme differs. The site works offline from an
   current page highlighted; below 960 px it folds behind a Menu button;
 - every page has an "on this page" list (its ## / ### headings), copy buttons on code, and a search box; search.html and
   assets/search-index.js (every page's text split at its headings, built here) search offline, from file:// too;
-- notebook names in the text (`08b_step`, 12_smart) link to their pages; show_doc's "source" links go to the notebook page
+- notebook names in the text (`08b_step`, 08g_smart) link to their pages; show_doc's "source" links go to the notebook page
   that defines the name (nbs/nbdev.yml's repository address is not a published repository);
 - stored outputs are tidied: paths of the machine that ran them are shown relative to the repository, the run folder or
   site-packages, and a warning repeated on a page is shown once;
@@ -298,7 +298,7 @@ _BLOCK = {"p", "li", "td", "th", "div", "pre", "blockquote", "dd", "dt", "h4", "
 _SKIP_LINK = {"a", "pre", "script", "style", "textarea", "h1", "h2", "h3", "h4", "h5", "h6", "button", "summary"}
 
 def _linkify_notebooks(soup, root, nb_links, current):
-    "Every mention of a notebook (`08b_step`, 12_smart, nbs/13_pcgrad.ipynb) in prose, tables and show_doc text becomes a link to its page"
+    "Every mention of a notebook (`08b_step`, 08g_smart, nbs/08h_pcgrad.ipynb) in prose, tables and show_doc text becomes a link to its page"
     from bs4 import NavigableString
     if not nb_links: return 0
     pat = re.compile(r"(?<![\w/.-])(?:nbs/(?:[\w-]+/)*)?(" + "|".join(map(re.escape, sorted(nb_links, key=len, reverse=True))) + r")(?:\.ipynb)?(?![\w-])")
@@ -308,7 +308,7 @@ def _linkify_notebooks(soup, root, nb_links, current):
         txt = code.get_text().strip()
         m = pat.fullmatch(txt) or pat.match(txt)
         sym = txt[m.end():] if m else ""
-        if m and (not sym or re.fullmatch(r"\.\w[\w.]*", sym)) and (nb_links[m.group(1)] != current or sym):   # `13_pcgrad.PCGrad`: its entry
+        if m and (not sym or re.fullmatch(r"\.\w[\w.]*", sym)) and (nb_links[m.group(1)] != current or sym):   # `08h_pcgrad.PCGrad`: its entry
             a = soup.new_tag("a", href=(nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""))
             a["class"] = "nb-link"; code.wrap(a); n += 1
     for t in list(root.find_all(string=pat)):
