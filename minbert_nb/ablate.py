@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 from .core import set_seed, default_device, stamp_figure, code_version
-from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz
+from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, OVERALL_KEYS
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
@@ -625,7 +625,7 @@ def our_value(key:str, m:dict, percent:bool=False):
     if not m: return None
     if key == "params": return m["trainable_params"] / 1e6 if "trainable_params" in m else None
     if key == "avg":
-        v = [m.get(k) for k in ("sst_acc", "para_acc", "sts_corr")]
+        v = [m.get(k) for k in OVERALL_KEYS]
         x = None if None in v else float(np.mean(v))
     else: x = m.get(key)
     return None if x is None else x * (100 if percent else 1)

@@ -15,7 +15,7 @@ from .bert import *
 from .attention import configure_sdpa
 from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers
 from .optimizer import AdamW
-from .data import load_split
+from .data import load_split, SCORE_KEYS
 
 # %% auto #0
 __all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'MINILM_SHAPE', 'CHECK_PATHS', 'CHECK_BUDGETS', 'time_interleaved',
@@ -492,7 +492,7 @@ def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
 
 def _fig(m:dict, steps:int|None=None) -> dict:
     "The figures of a run's metrics worth a line in the report"
-    out = {k: m[k] for k in ("sst_acc", "para_acc", "sts_corr", "overall", "data_time_s", "data_cache", "dist_backend", "compile") if k in m}
+    out = {k: m[k] for k in (*SCORE_KEYS, "data_time_s", "data_cache", "dist_backend", "compile") if k in m}
     if steps: out.update(steps=steps, train_s=m["train_time_s"], steps_per_s=steps / max(m["train_time_s"], 1e-9))
     if m.get("steady_steps_per_s"): out["steady_steps_per_s"] = m["steady_steps_per_s"]
     return out
@@ -558,7 +558,7 @@ def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, pa
     def evaluate_():
         need(); minbert_eval([str(out/"quick"), "--device", str(device), *dd])
         e = _json.loads((out/"quick"/"eval.json").read_text())
-        return {k: e[k] for k in ("sst_acc", "para_acc", "sts_corr", "overall") if k in e}
+        return {k: e[k] for k in SCORE_KEYS if k in e}
     run("eval", evaluate_)
     def predict_():
         need(); minbert_predict([str(out/"quick"), "--splits", "dev,test", "--device", str(device), *dd])

@@ -18,12 +18,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 # %% auto #0
-__all__ = ['TASKS', 'TASK_METRIC', 'SCORE_KEYS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CACHE_FORMAT', 'TaskSpec', 'get_task',
-           'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample', 'read_task_file',
-           'file_name', 'task_files', 'data_files', 'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts',
-           'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader', 'padding_fraction',
-           'cache_folder', 'tokenizer_fingerprint', 'dataset_arrays', 'dataset_from_arrays', 'DataCache', 'plain_or_gz',
-           'read_bytes']
+__all__ = ['TASKS', 'TASK_METRIC', 'SCORE_KEYS', 'OVERALL_KEYS', 'SPLITS', 'SICK_COLUMNS', 'IGNORE_INDEX', 'CACHE_FORMAT',
+           'TaskSpec', 'get_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample',
+           'read_task_file', 'file_name', 'task_files', 'data_files', 'load_split', 'labelled_rows', 'read_generic',
+           'sick_to_sts', 'read_sick', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader',
+           'padding_fraction', 'cache_folder', 'tokenizer_fingerprint', 'dataset_arrays', 'dataset_from_arrays',
+           'DataCache', 'plain_or_gz', 'read_bytes']
 
 # %% ../nbs/04_data.ipynb #3648376d
 @dataclass(frozen=True)
@@ -60,6 +60,7 @@ TASKS = {t.name: t for t in [
 ]}
 TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key (08f_evaluate)
 SCORE_KEYS = (*TASK_METRIC.values(), "overall")   # the scores a run reports, in the order tables and figures show them
+OVERALL_KEYS = ("sst_acc", "para_acc", "sts_corr")  # the three scores CS224N's overall averages (`08f_evaluate.overall_score`)
 
 def get_task(task) -> TaskSpec:
     "The `TaskSpec` of `task` (a name or a `TaskSpec`)"

@@ -14,7 +14,7 @@ from scipy.stats import pearsonr
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
-from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC
+from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS
 
 # %% auto #0
 __all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'with_overall', 'predict_split', 'score_split',
@@ -41,7 +41,7 @@ def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
 
 def with_overall(m:dict) -> dict:
     "`m` (a dict of scores) with its `overall` set when it holds all three tasks' scores; the one place that rule is written"
-    if all(k in m for k in ("sst_acc", "para_acc", "sts_corr")): m["overall"] = overall_score(m["sst_acc"], m["para_acc"], m["sts_corr"])
+    if all(k in m for k in OVERALL_KEYS): m["overall"] = overall_score(*(m[k] for k in OVERALL_KEYS))
     return m
 
 # %% ../nbs/08f_evaluate.ipynb #f79367d6

@@ -11,7 +11,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 import pandas as pd
 from .multitask import ModelConfig
-from .data import SCORE_KEYS
+from .data import SCORE_KEYS, OVERALL_KEYS
 from .checkpoint import write_json
 from .config import TrainConfig, parse_tasks
 from .train import train, plot_history
@@ -73,12 +73,10 @@ def phase_configs(cfg:TrainConfig) -> list:
     return out
 
 # %% ../nbs/14_phases.ipynb #3980d3d9
-_SCORES = SCORE_KEYS
-
 def _phase_summary(name:str, m:dict, pcfg:TrainConfig) -> dict:
     copied = {"copied_from": m["copied_from"]} if "copied_from" in m else {}   # a copied phase cost this run nothing
     return dict(name=name, tasks=list(pcfg.tasks), epochs=m.get("epochs"), best_epoch=m.get("best_epoch"),
-                wall_time_s=0.0 if copied else m.get("wall_time_s"), **copied, **{k: m[k] for k in _SCORES if k in m})
+                wall_time_s=0.0 if copied else m.get("wall_time_s"), **copied, **{k: m[k] for k in SCORE_KEYS if k in m})
 
 def copy_phase(src, dst, ignore=("last.pt", ".*")) -> dict:
     """Finished run or phase folder `src` copied to `dst` but for the files matching `ignore` (a phase keeps its best.pt, which
@@ -137,7 +135,7 @@ def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bo
     metrics = json.loads((last/"metrics.json").read_text())
     metrics.update(phases=summary, wall_time_s=sum(s["wall_time_s"] or 0 for s in summary), preset=cfg.preset)
     write_json(metrics, run/"metrics.json")
-    print("phases: " + " | ".join(f"{s['name']}: " + " ".join(f"{k}={s[k]:.4f}" for k in _SCORES if k in s) for s in summary))
+    print("phases: " + " | ".join(f"{s['name']}: " + " ".join(f"{k}={s[k]:.4f}" for k in SCORE_KEYS if k in s) for s in summary))
     return metrics
 
 def run_training(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:

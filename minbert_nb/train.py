@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
-from .data import SCORE_KEYS, make_loader
+from .data import SCORE_KEYS, OVERALL_KEYS, make_loader
 from .multitask import MultitaskBert
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
