@@ -36,8 +36,8 @@ from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'task_loss', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
-           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'Run', 'train', 'score_dev', 'read_run_config',
-           'load_run_weights', 'load_run', 'check_same_model']
+           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'RunProgress', 'Run', 'train', 'score_dev',
+           'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -170,11 +170,44 @@ def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("t
             write_raw(df, t, raw_path(run, t, split))      # the raw outputs beside it (for ensembles, 15_ensemble)
     return written
 
+# %% ../nbs/09_train.ipynb #384a1da1
+@dataclasses.dataclass
+class RunProgress:
+    "The training loop's state: saved in `last.pt` (`state_dict`, a plain dict under `progress`) and restored on resume"
+    epoch: int = 1                       # the epoch under way (1-based)
+    i: int = 0                           # its steps done
+    step: int = 0                        # optimizer updates done in the whole run
+    history: list = dataclasses.field(default_factory=list)   # one row of history.csv per finished epoch
+    best: float|None = None              # the best dev score so far (the selection score), its epoch and all its metrics
+    best_epoch: int|None = None
+    best_metrics: dict|None = None
+    losses: list = dataclasses.field(default_factory=list)    # the epoch's per-step training losses
+    task_losses: list = dataclasses.field(default_factory=list)   # and its (task, loss) per task batch (train_loss_TASK)
+    n_ex: int = 0                        # examples, tokens and padding tokens trained on this epoch (all ranks)
+    n_tok: int = 0
+    n_pad: int = 0
+    train_time: float = 0.0              # seconds in this epoch's training steps
+    wall: float = 0.0                    # wall-clock seconds of the run before this process started
+    data_time_s: float = 0.0             # seconds this process spent reading the data
+
+    def next_epoch(self, epoch:int):
+        "Start counting epoch `epoch` afresh (its losses, examples and time; the run's totals and history stay)"
+        self.epoch, self.i, self.losses, self.task_losses = epoch, 0, [], []
+        self.n_ex = self.n_tok = self.n_pad = 0; self.train_time = 0.0
+
+    def state_dict(self) -> dict: return asdict(self)
+
+    @classmethod
+    def from_state_dict(cls, d:dict) -> RunProgress:
+        "A `RunProgress` from a checkpoint's `progress` (fields it lacks keep their defaults)"
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
 # %% ../nbs/09_train.ipynb #08572ae6
 class Run:
     """One training run, in the order `train` takes it: `open` the run folder (or the one to resume), `build` the data,
     model, optimiser and step, then per epoch `train_epoch` and `end_epoch`, and `finish`. What the steps share are its
-    attributes; `st`, the loop's progress, is saved in every checkpoint. `cfg` is read, never written"""
+    attributes; `st`, the loop's progress (a `RunProgress`), is saved in every checkpoint. `cfg` is read, never written"""
     def __init__(self, cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None, on_step=None):
         if cfg.phases: raise ValueError("cfg.phases is set: a run of several phases goes through minbert_nb.phases.train_phases "
                                         "(or run_training, which takes any config; minbert_train does this).")
@@ -272,8 +305,7 @@ def _optimiser(self:Run):
     total_updates = optimizer_updates(self.sched, cfg.epochs, cfg.grad_accum)   # what the loop takes: the schedule ends at the last one
     self.lr_sched = make_scheduler(self.opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
     self.iters = TaskIterators({**self.train_dl, **self.pos_dl}, seed=cfg.seed)
-    self.st = dict(epoch=1, i=0, step=0, history=[], best=None, best_epoch=None, best_metrics=None,
-                   losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0, wall=0.0)
+    self.st = RunProgress()
 
 @patch
 def _step(self:Run):
@@ -281,12 +313,12 @@ def _step(self:Run):
     cfg, ck, model, world, device = self.cfg, self.ck, self.model, self.world, self.device
     if self.resume:
         model.load_state_dict(ck["model"]); self.opt.load_state_dict(ck["optimizer"]); self.lr_sched.load_state_dict(ck["lr_scheduler"])
-        self.iters.load_state_dict(ck["iterators"]); self.st = ck["progress"]; set_rng_state(ck["rng"])
-        print(f"resuming {self.dir}: epoch {self.st['epoch']}, step {self.st['i']} of the epoch, {self.st['step']} optimizer steps done")
-    self.st["data_time_s"] = self.data_time   # this process's: a resumed run reads its data again
+        self.iters.load_state_dict(ck["iterators"]); self.st = RunProgress.from_state_dict(ck["progress"]); set_rng_state(ck["rng"])
+        print(f"resuming {self.dir}: epoch {self.st.epoch}, step {self.st.i} of the epoch, {self.st.step} optimizer steps done")
+    self.st.data_time_s = self.data_time   # this process's: a resumed run reads its data again
     if self.main: print(f"run {self.dir} | backbone {backbone_name(cfg.backbone)} | {device}" + (f" x {world} ranks" if world > 1 else "")
                         + f" | params {self.counts['total']:,} (trainable {self.counts['trainable']:,}) | schedule {self.sched}")
-    self.wall0 = self.st["wall"]
+    self.wall0 = self.st.wall
     self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
                                  transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum,
                                  amp_dtype=self.amp_dtype, device=device, sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50),
@@ -303,12 +335,12 @@ def _step(self:Run):
 @patch
 def save_last(self:Run):
     "Write `last.pt` (rank 0): everything needed to continue the run exactly"
-    self.st["wall"] = self.wall0 + time.time() - self.t0
+    self.st.wall = self.wall0 + time.time() - self.t0
     extra = dict(step=self.step.state_dict(), **(dict(probe=self.probe.state_dict()) if self.probe is not None else {}),
                  **(dict(ema=self.ema.state_dict()) if self.ema is not None else {}))
     if not self.main: return
     atomic_save(dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(), lr_scheduler=self.lr_sched.state_dict(),
-                     iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st, config=asdict(self.cfg), code=self.code,
+                     iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st.state_dict(), config=asdict(self.cfg), code=self.code,
                      **extra), self.dir/"last.pt")
 
 # %% ../nbs/09_train.ipynb #1ba674e6
@@ -318,41 +350,41 @@ def train_epoch(self:Run, epoch:int, stop:GracefulStop):
     cfg, st, step = self.cfg, self.st, self.step
     self.model.train()
     plan, self.t_ep = self.sched.plan(epoch), time.time()
-    step.stats.losses = st["losses"]   # the epoch's per-step losses, read from the device every sync_every steps
-    step.stats.task_losses = st.setdefault("task_losses", [])   # ... and each task batch's loss (history's train_loss_TASK)
-    bar = tqdm(total=len(plan), initial=st["i"], desc=f"epoch {epoch}/{cfg.epochs}", disable=not (self.progress and self.main),
+    step.stats.losses = st.losses   # the epoch's per-step losses, read from the device every sync_every steps
+    step.stats.task_losses = st.task_losses   # ... and each task batch's loss (history's train_loss_TASK)
+    bar = tqdm(total=len(plan), initial=st.i, desc=f"epoch {epoch}/{cfg.epochs}", disable=not (self.progress and self.main),
                mininterval=1.0, dynamic_ncols=True)
-    for i in range(st["i"], len(plan)):
+    for i in range(st.i, len(plan)):
         extra = self.pos_dl and not cfg.contrastive_only and i % cfg.contrastive_every == 0
         tasks = tuple(plan[i]) + (("contrastive",) if extra else ())   # + a batch of positive pairs
         batches = [(t, self.iters.next(t)) for t in tasks]
         update = (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan)
         halt = step.step(batches, dict(epoch=epoch, step=i + 1, of=len(plan)), update, stop.requested)
         for t, b in batches:   # examples/s and padding count the tasks' batches
-            if t != "contrastive": st["n_ex"] += len(b["ids"]) * self.world; st["n_tok"] += b["n_tokens"] * self.world; st["n_pad"] += b["n_pad"] * self.world
+            if t != "contrastive": st.n_ex += len(b["ids"]) * self.world; st.n_tok += b["n_tokens"] * self.world; st.n_pad += b["n_pad"] * self.world
         if update: self._after_update(epoch, i, len(plan), halt, stop)
-        if self.on_step is not None and self.on_step(dict(epoch=epoch, i=i + 1, of=len(plan), step=st["step"])) and not stop.requested:
+        if self.on_step is not None and self.on_step(dict(epoch=epoch, i=i + 1, of=len(plan), step=st.step)) and not stop.requested:
             stop.requested, stop.signal = True, "stop asked for by on_step"
         bar.update(1)
-        if self.progress and i % 10 == 0 and st["losses"]:
-            bar.set_postfix(task="+".join(tasks), loss=f"{np.mean(st['losses'][-50:]):.3f}")
+        if self.progress and i % 10 == 0 and st.losses:
+            bar.set_postfix(task="+".join(tasks), loss=f"{np.mean(st.losses[-50:]):.3f}")
     step.stats.sync()
     bar.close()
-    st["train_time"] += time.time() - self.t_ep
+    st.train_time += time.time() - self.t_ep
 
 @patch
 def _after_update(self:Run, epoch:int, i:int, n:int, halt:bool, stop:GracefulStop):
     "After an optimizer update: the weight average, the probe, and a checkpoint when one is due or a stop is asked for"
     st, cfg, stats = self.st, self.cfg, self.step.stats
-    st["step"] += 1; st["i"] = i + 1
+    st.step += 1; st.i = i + 1
     if self.ema is not None: self.ema.update()
-    if self.probe is not None and self.probe.due(st["step"]): self.probe.measure(st["step"], epoch)
-    ckpt = bool(cfg.checkpoint_every and st["step"] % cfg.checkpoint_every == 0)
+    if self.probe is not None and self.probe.due(st.step): self.probe.measure(st.step, epoch)
+    ckpt = bool(cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0)
     if stats.sync_every > 1:   # read the device now and then (and before any checkpoint); several ranks agree on when
-        halt = stats.sync(stop.requested) if stats.due(st["step"]) or ckpt or (self.world == 1 and stop.requested) else False
+        halt = stats.sync(stop.requested) if stats.due(st.step) or ckpt or (self.world == 1 and stop.requested) else False
     if halt and not stop.requested: stop.requested, stop.signal = True, "stop on another rank"
     if halt or ckpt:
-        st["train_time"] += time.time() - self.t_ep; self.t_ep = time.time()
+        st.train_time += time.time() - self.t_ep; self.t_ep = time.time()
         self.save_last()
         if halt: raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{n} "
                                            f"({self.dir/'last.pt'}). Resume with: minbert_train --resume {self.dir}", stop.signal)
@@ -365,11 +397,11 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     if self.main:
         m, preds, raw_m, weights = self._evaluate()
         self._log_epoch(epoch, m, raw_m)
-        if st["best"] is None or _score(m) > st["best"]:   # keep the best epoch's weights and dev predictions
-            st.update(best=_score(m), best_epoch=epoch, best_metrics=dict(m))
+        if st.best is None or _score(m) > st.best:   # keep the best epoch's weights and dev predictions
+            st.best, st.best_epoch, st.best_metrics = _score(m), epoch, dict(m)
             atomic_save(dict(model=weights or self.model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=self.code), self.dir/"best.pt")
             for t, df in preds.items(): write_predictions(df, t, prediction_path(self.dir, t, "dev")); write_raw(df, t, raw_path(self.dir, t, "dev"))
-    st.update(epoch=epoch + 1, i=0, losses=[], task_losses=[], n_ex=0, n_tok=0, n_pad=0, train_time=0.0)   # the next epoch counts afresh
+    st.next_epoch(epoch + 1)   # the next epoch counts afresh
     if self.main: self.save_last()
     if self.distributed: dist.barrier()
     if stop.requested and epoch < cfg.epochs:
@@ -396,19 +428,19 @@ def _evaluate(self:Run) -> tuple:
 def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
     "The epoch's row of `history.csv` (scores, losses, timings, throughput), the probe's log, and a line on the terminal"
     st, opt = self.st, self.opt
-    task_losses = st.get("task_losses", [])
-    row = dict(epoch=epoch, step=st["step"], train_loss=float(np.mean(st["losses"])), train_time_s=st["train_time"], eval_time_s=self.eval_time,
-               data_time_s=st["data_time_s"], train_ex_per_s=st["n_ex"] / max(st["train_time"], 1e-9),
-               train_padding_fraction=st["n_pad"] / max(st["n_tok"] + st["n_pad"], 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
+    task_losses = st.task_losses
+    row = dict(epoch=epoch, step=st.step, train_loss=float(np.mean(st.losses)), train_time_s=st.train_time, eval_time_s=self.eval_time,
+               data_time_s=st.data_time_s, train_ex_per_s=st.n_ex / max(st.train_time, 1e-9),
+               train_padding_fraction=st.n_pad / max(st.n_tok + st.n_pad, 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
                **{f"train_loss_{t}": float(np.mean([v for u, v in task_losses if u == t])) for t in dict.fromkeys(u for u, _ in task_losses)},
                **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
-    st["history"].append(row)
-    pd.DataFrame(st["history"]).to_csv(self.dir/"history.csv", index=False)
+    st.history.append(row)
+    pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
     if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
-    best = st["best"] is None or _score(m) > st["best"]
+    best = st.best is None or _score(m) > st.best
     print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
           (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
-          f" ({st['train_time']:.0f}s train)" + (" *best*" if best else ""))
+          f" ({st.train_time:.0f}s train)" + (" *best*" if best else ""))
 
 # %% ../nbs/09_train.ipynb #fbfabfae
 @patch
@@ -418,7 +450,7 @@ def finish(self:Run) -> dict:
     if not self.main:
         dist.barrier(); dist.destroy_process_group()
         return {}
-    plot_history(pd.DataFrame(self.st["history"]), run/"figures"/"history.png")
+    plot_history(pd.DataFrame(self.st.history), run/"figures"/"history.png")
     if self.probe is not None:
         self.probe.log.to_csv(run/"grad_conflicts.csv"); self.probe.log.plot(run/"figures"/"grad_conflicts.png")
     self.model.load_state_dict(load_checkpoint(run/"best.pt")["model"])   # the best epoch's weights
@@ -441,11 +473,11 @@ def close(self:Run, failed:bool=False):
 def _metrics(self:Run) -> dict:
     "`metrics.json`: the best epoch's dev scores, and what made them (data, parameters, device, precision, code, methods)"
     cfg, st, data, step = self.cfg, self.st, self.data, self.step
-    m = dict(st["best_metrics"])
+    m = dict(st.best_metrics)
     m.update(split="dev" + (f" (random sample of at most {cfg.dev_limit} rows per task)" if cfg.dev_limit else ""),
              backbone=str(resolve_checkpoint(cfg.backbone)) if cfg.backbone is None else cfg.backbone,
-             best_epoch=st["best_epoch"], epochs=cfg.epochs, trainable_params=self.counts["trainable"], total_params=self.counts["total"],
-             params=self.counts, train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st["history"]])),
+             best_epoch=st.best_epoch, epochs=cfg.epochs, trainable_params=self.counts["trainable"], total_params=self.counts["total"],
+             params=self.counts, train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st.history])),
              para_logit_bias=self.bias, para_train_prior=self.train_prior, para_prior=cfg.para_prior, skipped_rows=self.skipped,
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32",
@@ -461,7 +493,7 @@ def _metrics(self:Run) -> dict:
                                 weight=cfg.distill_weight, temperature=cfg.distill_temp, tasks=t.targets.tasks,
                                 cached_batches=t.targets.hits, teacher_batches=t.targets.misses)
     if self.ema is not None:   # the average is the run's model; what the raw weights of the same epoch scored
-        row = next(r for r in st["history"] if r["epoch"] == st["best_epoch"])
+        row = next(r for r in st.history if r["epoch"] == st.best_epoch)
         m["ema"] = dict(decay=cfg.ema, raw_weights={k[4:]: v for k, v in row.items() if k.startswith("raw_")})
     return m
 
@@ -475,7 +507,7 @@ def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None
         run.build()
         if run.folder is not None: run.folder.started = True   # from here on, a failure leaves the run's files to read
         with GracefulStop() as stop:
-            for epoch in range(run.st["epoch"], cfg.epochs + 1):
+            for epoch in range(run.st.epoch, cfg.epochs + 1):
                 run.train_epoch(epoch, stop)
                 run.end_epoch(epoch, stop)
         m = run.finish()
