@@ -49,20 +49,24 @@ demo: $(VENV)/.runtime
 	$(BIN)/minbert_demo
 
 # The whole suite (pytest + nbval over nbs/), offline; the full data is used when present, else tests/sample_data.
+# Test files and notebooks run side by side, one process per core (pytest-xdist; a file's tests stay in one process), each
+# on one thread: on 2 cores this halves the wall time of one process on two threads, whose tiny models leave a core idle.
+PYTEST := OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
+          --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --durations=10
+WORKERS ?= 4
 test: $(VENV)/.dev
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax --nbval-current-env -p no:cacheprovider -q
+	$(PYTEST)
 
 # The suite with the data lookup pointed at an empty folder, as on a machine without the data (CI runs both passes);
 # tests that read only the committed sample ran in the first pass on the same files and are left out (tests/conftest.py).
 test-nodata: $(VENV)/.dev
-	d=$$(mktemp -d) && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 MINBERT_NODATA_PASS=1 MINBERT_DATA=$$d $(BIN)/python -m pytest tests nbs --nbval-lax \
-	  --nbval-current-env -p no:cacheprovider -q; rc=$$?; rm -rf $$d; exit $$rc
+	d=$$(mktemp -d) && MINBERT_NODATA_PASS=1 MINBERT_DATA=$$d $(PYTEST); rc=$$?; rm -rf $$d; exit $$rc
 
-# Every CUDA path once (minbert_bench --gpu_check: quick in bf16, eval, predict, the Predictor, resume, each PEFT module, SMART, PCGrad,
+# Every CUDA path once (minbert_gpu_check: quick in bf16, eval, predict, the Predictor, resume, each PEFT module, SMART, PCGrad,
 # compile, a one-process NCCL torchrun, the fused AdamW, the benchmark with MFU): one report, gpu-check.json, and a
 # non-zero exit status if a path fails. Minutes on one GPU; elsewhere the same paths on a tiny budget. ARGS adds flags.
 gpu-check: $(VENV)/.runtime
-	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/minbert_bench --gpu_check --json gpu-check.json $(ARGS)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/minbert_gpu_check --json gpu-check.json $(ARGS)
 
 # For a GPU machine without network: the embedded backbone (fp16, xz), the data and the wheels it lacks, into gpu-pack/
 # (ignored; 45 MB). There, `python3 tools/pack_gpu.py run` unpacks them and runs the GPU check.

@@ -15,15 +15,13 @@ from .bert import *
 from .attention import configure_sdpa
 from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers
 from .optimizer import AdamW
-from .data import load_split, SCORE_KEYS
+from .data import load_split
 
 # %% auto #0
-__all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'MINILM_SHAPE', 'CHECK_PATHS', 'CHECK_BUDGETS', 'time_interleaved',
-           'bench_sentences', 'load_pair', 'forward_fn', 'bench_loss', 'train_step_fn', 'step_peak_mb', 'state_mb',
-           'bench_adamw', 'bench_models', 'format_table', 'nonembedding_params', 'model_flops_per_token',
-           'gpu_peak_bf16_flops', 'bench_mfu', 'bench_epoch', 'bench_peft', 'format_peft', 'bench_dtypes',
-           'format_dtypes', 'busy_fraction', 'gpu_busy_fraction', 'check_adamw', 'tiny_backbone', 'run_gpu_check',
-           'minbert_bench']
+__all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'time_interleaved', 'bench_sentences', 'load_pair', 'forward_fn', 'bench_loss',
+           'train_step_fn', 'step_peak_mb', 'state_mb', 'bench_adamw', 'bench_models', 'format_table',
+           'nonembedding_params', 'model_flops_per_token', 'gpu_peak_bf16_flops', 'bench_mfu', 'bench_epoch',
+           'bench_peft', 'format_peft', 'bench_dtypes', 'format_dtypes', 'minbert_bench']
 
 # %% ../nbs/24_bench.ipynb #d58ff085
 def _sync(device):
@@ -412,223 +410,6 @@ def format_dtypes(r:dict) -> str:
                      f"{sp(r[f'minbert_{what}_bf16_over_fp32']):>22}{sp(r[f'fp32_{what}_ratio_to_hf']):>22}{sp(r[f'bf16_{what}_ratio_to_hf']):>22}")
     return "\n".join(lines)
 
-# %% ../nbs/24_bench.ipynb #9a53a7fc
-def busy_fraction(intervals, window) -> float:
-    "Fraction of `window` (start, end) covered by the union of `intervals` (start, end): how long the device was busy"
-    t0, t1 = window
-    if t1 <= t0: raise ValueError(f"window {window}: its end must come after its start.")
-    busy, cur = 0.0, None
-    for s, e in sorted((max(s, t0), min(e, t1)) for s, e in intervals):
-        if e <= s: continue
-        if cur is None or s > cur[1]:
-            if cur is not None: busy += cur[1] - cur[0]
-            cur = [s, e]
-        else: cur[1] = max(cur[1], e)
-    if cur is not None: busy += cur[1] - cur[0]
-    return busy / (t1 - t0)
-
-def gpu_busy_fraction(prof) -> float|None:
-    "GPU busy fraction of the steps a `torch.profiler.profile` recorded (`ProfilerStep#` ranges); None without CUDA kernels"
-    evs = prof.events()
-    steps = [e.time_range for e in evs if e.name.startswith("ProfilerStep#")]
-    kernels = [(e.time_range.start, e.time_range.end) for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
-    if not steps or not kernels: return None
-    return busy_fraction(kernels, (min(r.start for r in steps), max(r.end for r in steps)))
-
-# %% ../nbs/24_bench.ipynb #7a4e7bf2
-MINILM_SHAPE = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)   # all-MiniLM-L6-v2
-
-def check_adamw(device=None, steps:int=10, config:BertConfig|None=None, reps:int=20) -> dict:
-    """`AdamW`'s default update on `device` against its readable reference (`_step_single`, one tensor at a time) after
-    `steps` steps on the parameters of a BERT (`config`, default MiniLM's shape), and the milliseconds of a step of each path"""
-    device = default_device(device)
-    g = torch.Generator().manual_seed(0)
-    model = BertModel(config or BertConfig(**MINILM_SHAPE))
-    ref = [p.detach().clone().to(device) for p in model.parameters()]
-    ps = {k: [torch.nn.Parameter(p.clone()) for p in ref] for k in ("default", "single", "foreach")}
-    opts = {k: AdamW(v, lr=1e-3, weight_decay=0.01, **dict(default={}, single=dict(fused=False, foreach=False), foreach=dict(fused=False, foreach=True))[k])
-            for k, v in ps.items()}
-    for _ in range(steps):
-        grads = [torch.randn(p.shape, generator=g).to(device) * 1e-2 for p in ref]
-        for k in ps:
-            for p, gr in zip(ps[k], grads): p.grad = gr.clone()
-            opts[k].step()
-    diff = max(max((a - b).abs().max().item() for a, b in zip(ps[k], ps["single"])) for k in ("default", "foreach"))
-    scale = max(p.abs().max().item() for p in ps["single"])
-    if not diff <= 1e-6 * max(scale, 1.0): raise AssertionError(f"AdamW on {device}: the default update differs from the reference by {diff:.3g}")
-    t = time_interleaved({k: o.step for k, o in opts.items()}, warmup=2, reps=reps, device=device)
-    n = sum(p.numel() for p in ref)
-    return dict(params=n, max_diff=diff, default_path=opts["default"].path(opts["default"].param_groups[0]),
-                **{f"{k}_ms": statistics.median(v) * 1e3 for k, v in t.items()})
-
-# %% ../nbs/24_bench.ipynb #004ceaec
-CHECK_PATHS = ("quick", "eval", "predict", "predictor", "resume", "peft-pal", "peft-prefix", "peft-adapter", "peft-lora", "peft-dora", "smart",
-               "pcgrad", "compile", "torchrun", "adamw", "bench")
-CHECK_BUDGETS = {   # full: what a GPU check runs (minutes on one H100); tiny: the same paths in seconds, for the CPU test
-    "full": dict(quick={}, short=dict(steps_per_epoch=40, dev_limit=512), compile_steps=60, resume=(40, 20), profile=(200, 100),
-                 tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
-                 bench=dict(batch_size=32, max_length=128, warmup=3, reps=10), mfu=dict(batch_size=128, seq_len=128, warmup=3, reps=10)),
-    "tiny": dict(quick=dict(steps_per_epoch=4, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
-                 short=dict(steps_per_epoch=2, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
-                 compile_steps=3, resume=(4, 2), profile=(1, 2), tiny_backbone=True, compile_backend="aot_eager",
-                 adamw=dict(steps=3, config=tiny_config(), reps=3),
-                 bench=dict(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, warmup=1, reps=2, memory=False),
-                 mfu=dict(config=tiny_config(vocab_size=30522), batch_size=2, seq_len=16, dtype="fp32", warmup=1, reps=2, memory=False)),
-}
-
-def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
-    "A checkpoint folder holding a tiny random BERT (`config`, default 2 layers x 32) and the embedded backbone's tokenizer"
-    from safetensors.torch import save_file
-    folder, config = Path(folder), config or tiny_config(vocab_size=30522, max_position_embeddings=512)
-    folder.mkdir(parents=True, exist_ok=True)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0); sd = BertModel(config).state_dict()
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
-    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type="bert", architectures=["BertModel"]), indent=2))
-    src = resolve_checkpoint(None)
-    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src/f).is_file(): (folder/f).write_bytes((src/f).read_bytes())
-    return folder
-
-def _fig(m:dict, steps:int|None=None) -> dict:
-    "The figures of a run's metrics worth a line in the report"
-    out = {k: m[k] for k in (*SCORE_KEYS, "data_time_s", "data_cache", "dist_backend", "compile") if k in m}
-    if steps: out.update(steps=steps, train_s=m["train_time_s"], steps_per_s=steps / max(m["train_time_s"], 1e-9))
-    if m.get("steady_steps_per_s"): out["steady_steps_per_s"] = m["steady_steps_per_s"]
-    return out
-
-def _trained(cfg, on_step=None, **kw) -> tuple:
-    """Train `cfg`: the metrics with the training time and the steps/s of the second half of the steps (after any compiling),
-    and the number of steps"""
-    from minbert_nb.train import train
-    ts = []
-    def hook(info):
-        ts.append(time.perf_counter())
-        return on_step(info) if on_step is not None else None
-    m = train(cfg, progress=False, on_step=hook, **kw)
-    h = pd.read_csv(Path(cfg.out)/"history.csv")
-    half = len(ts) // 2
-    steady = (len(ts) - 1 - half) / (ts[-1] - ts[half]) if len(ts) >= 4 and ts[-1] > ts[half] else None
-    return dict(m, train_time_s=float(h.train_time_s.sum()), steady_steps_per_s=steady), int(h.step.iloc[-1])
-
-def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None) -> dict:
-    """Run every CUDA path of minbert_nb once (on `device`; `budget` 'full' on CUDA, 'tiny' elsewhere) and report each:
-    `{'paths': {name: {'ok', 'seconds', figures..., 'error'}}, 'failed': [...], ...}`. Runs go to `out` (default: a temporary folder)"""
-    from minbert_nb.config import preset_config
-    from minbert_nb.train import train
-    from minbert_nb.commands import minbert_eval, minbert_predict
-    from minbert_nb.checkpoint import TrainingInterrupted
-    import traceback, json as _json, subprocess, shutil
-    device = default_device(device); cuda = device.type == "cuda"
-    b = CHECK_BUDGETS[budget or ("full" if cuda else "tiny")]
-    paths = tuple(CHECK_PATHS if paths is None else paths)
-    if bad := [p for p in paths if p not in CHECK_PATHS]: raise ValueError(f"run_gpu_check: unknown path(s) {bad}; expected some of {', '.join(CHECK_PATHS)}.")
-    tmp = None if out else tempfile.mkdtemp(prefix="minbert-gpu-check-")
-    out = Path(out or tmp); out.mkdir(parents=True, exist_ok=True)
-    amp = dict(amp="bf16") if cuda else {}
-    backbone = str(tiny_backbone(out/"tiny-backbone")) if b["tiny_backbone"] else None   # tiny: every path, a model 300x smaller
-    base = dict(device=str(device), data_dir=str(data_dir) if data_dir else None, backbone=backbone, **amp)
-    short = dict(base, **b["short"], epochs=1, predict_test=False, save_checkpoint=False, checkpoint_every=0)
-    r = dict(device=str(device), device_name=_device_name(device), budget=budget or ("full" if cuda else "tiny"), torch=torch.__version__,
-             cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if cuda else None, started=time.strftime("%Y-%m-%d %H:%M:%S"),
-             sdpa=configure_sdpa(device), paths={}, out=str(out))
-    t_all = time.perf_counter()
-    def run(name, fn):
-        if name not in paths: return
-        t0 = time.perf_counter()
-        try: figs, ok, err = fn() or {}, True, None
-        except (Exception, SystemExit) as e: figs, ok, err = {}, False, f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-1500:]
-        r["paths"][name] = dict(ok=ok, seconds=round(time.perf_counter() - t0, 2), **figs, **({"error": err} if err else {}))
-        print(f"gpu-check {name:13s} {'ok    ' if ok else 'FAILED'} {time.perf_counter() - t0:7.1f} s  "
-              + (" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in figs.items() if not isinstance(v, dict))
-                 if ok else err.splitlines()[0]), flush=True)
-
-    def quick():   # the README job to its end, with the GPU's busy fraction over a window of its steps
-        P = torch.profiler; got = {}
-        wait, active = b["profile"]
-        cfg = preset_config("quick", out=str(out/"quick"), **base, **b["quick"], save_checkpoint=True)
-        acts = [P.ProfilerActivity.CPU] + ([P.ProfilerActivity.CUDA] if cuda else [])
-        def ready(p): got.update(gpu_busy=gpu_busy_fraction(p), profiled_steps=active)
-        with P.profile(activities=acts, schedule=P.schedule(wait=wait, warmup=1, active=active), on_trace_ready=ready) as prof:
-            m, steps = _trained(cfg, on_step=lambda info: prof.step())
-        return dict(_fig(m, steps), **got)
-    run("quick", quick)
-    need = lambda: (out/"quick"/"best.pt").is_file() or (_ for _ in ()).throw(FileNotFoundError("needs the quick run's best.pt (path quick)"))
-    dd = ["--data_dir", str(data_dir)] if data_dir else []
-    def evaluate_():
-        need(); minbert_eval([str(out/"quick"), "--device", str(device), *dd])
-        e = _json.loads((out/"quick"/"eval.json").read_text())
-        return {k: e[k] for k in SCORE_KEYS if k in e}
-    run("eval", evaluate_)
-    def predict_():
-        need(); minbert_predict([str(out/"quick"), "--splits", "dev,test", "--device", str(device), *dd])
-        return dict(files=len(list((out/"quick"/"predictions").glob("*-output.csv"))))
-    run("predict", predict_)
-    def predictor_():   # the Python API (21_predictor) on the device: each task's answers, and the same as minbert_predict's
-        need(); from minbert_nb.predictor import Predictor
-        p = Predictor.from_run(out/"quick", device=device)
-        s = p.sentiment(["A gripping, beautifully acted film.", "Dull and far too long."])
-        q = p.paraphrase([("How do I learn Python?", "What is the best way to learn Python?")])
-        t = p.similarity([("A man is playing a guitar.", "A man plays the guitar.")])
-        e = p.embed(["one sentence", "another one"])
-        if not (len(s) == 2 and len(q) == 1 and 0 <= float(t.score.iloc[0]) <= 5 and e.shape[0] == 2 and str(e.device).split(":")[0] == "cpu"):
-            raise RuntimeError(f"unexpected Predictor answers: {s}, {q}, {t}, {tuple(e.shape)} on {e.device}")
-        return dict(device=str(next(p.model.parameters()).device), amp=str(p.amp_dtype).replace("torch.", "") if p.amp_dtype else "fp32",
-                    embed_dim=int(e.shape[1]))
-    run("predictor", predictor_)
-    def resume():   # stop half way (as Ctrl-C does: a checkpoint, then TrainingInterrupted), continue with --resume
-        total, at = b["resume"]
-        cfg = preset_config("quick", out=str(out/"resume"), **dict(short, steps_per_epoch=total, checkpoint_every=1))
-        try: train(cfg, progress=False, on_step=lambda info: info["i"] >= at); raise RuntimeError(f"the run did not stop at step {at}")
-        except TrainingInterrupted: pass
-        stopped = torch.load(out/"resume"/"last.pt", weights_only=False, map_location="cpu")["progress"]["step"]
-        m, steps = _trained(preset_config("quick", out=str(out/"resume"), **dict(short, steps_per_epoch=total, checkpoint_every=1)), resume=True)
-        if steps != total: raise RuntimeError(f"resumed run ended after {steps} steps, expected {total}")
-        return dict(_fig(m), stopped_at=stopped, steps=steps, resumed=m["resumed"])
-    run("resume", resume)
-    for pm in ("pal", "prefix", "adapter", "lora", "dora"):
-        def peft(pm=pm):
-            m, steps = _trained(preset_config("quick", out=str(out/f"peft-{pm}"), **short, peft=pm, mode="pretrain"))
-            return dict(_fig(m, steps), trainable=m["params"]["trainable"])
-        run(f"peft-{pm}", peft)
-    every = b["short"]["steps_per_epoch"]   # the conflict probe once, at the last step
-    run("smart", lambda: _fig(*_trained(preset_config("opt-smart1", out=str(out/"smart"), **short, grad_conflicts_every=every))))
-    run("pcgrad", lambda: _fig(*_trained(preset_config("opt-pcgrad", out=str(out/"pcgrad"), **short, grad_conflicts_every=every))))
-    run("compile", lambda: _fig(*_trained(preset_config("quick", out=str(out/"compile"), **dict(short, steps_per_epoch=b["compile_steps"]), compile=True,
-                                                          compile_backend=b["compile_backend"]))))
-    def torchrun():   # one process through torchrun: the process group (NCCL on CUDA, gloo on CPU) and DDP
-        import minbert_nb
-        root = str(Path(minbert_nb.__file__).resolve().parent.parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([root] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
-               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(torch.get_num_threads()))}
-        args = ["--preset", "quick", "--out", str(out/"torchrun")] + [a for k, v in short.items() if v is not None for a in (f"--{k}", str(v).lower() if isinstance(v, bool) else str(v))]
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "-m", "minbert_nb.commands", *args]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        if p.returncode: raise RuntimeError(f"torchrun exited with {p.returncode}: {(p.stdout + p.stderr)[-1500:]}")
-        m = _json.loads((out/"torchrun"/"metrics.json").read_text())
-        want = "nccl" if cuda else "gloo"
-        if m.get("dist_backend") != want: raise RuntimeError(f"the run's process group used {m.get('dist_backend')!r}, expected {want!r}")
-        return _fig(m)
-    run("torchrun", torchrun)
-    run("adamw", lambda: check_adamw(device, **b["adamw"]))
-    def bench():
-        dt = "bf16" if cuda else "fp32"
-        x = bench_models(device=device, dtype=dt, **b["bench"])
-        f = {k: x[k] for k in ("minbert_train_sent_s", "hf_train_sent_s", "train_ratio", "minbert_forward_sent_s", "forward_ratio")}
-        mfu = bench_mfu(device=device, **{"dtype": dt, **b["mfu"]})
-        f.update({k: mfu[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "minbert_mfu", "hf_mfu")}, mfu_shape=mfu["arch"])
-        return f
-    run("bench", bench)
-    r["seconds"] = round(time.perf_counter() - t_all, 1)
-    r["failed"] = [k for k, v in r["paths"].items() if not v["ok"]]
-    q = r["paths"].get("quick", {})
-    r["summary"] = dict(quick_train_s=q.get("train_s"), quick_steps_per_s=q.get("steps_per_s"), quick_overall=q.get("overall"),
-                        quick_gpu_busy=q.get("gpu_busy"), quick_data_time_s=q.get("data_time_s"),
-                        minbert_mfu=r["paths"].get("bench", {}).get("minbert_mfu"), passed=sum(v["ok"] for v in r["paths"].values()),
-                        failed=len(r["failed"]))
-    if tmp: shutil.rmtree(tmp, ignore_errors=True)
-    return r
-
 # %% ../nbs/24_bench.ipynb #6968b18e
 @cli
 def minbert_bench(
@@ -650,20 +431,12 @@ def minbert_bench(
     peft:str=None,            # also time a training step with these PEFT modules, e.g. none,pal,prefix,adapter,lora,dora
     unpad:bool=True,          # CPU: minBERT skips the padding (02_bert); false = it computes the padding too, as transformers does
     compile:bool=False,       # time both models under torch.compile (the batch is fixed: one graph each), the MFU benchmark too
-    gpu_check:bool=False,     # instead: run every CUDA path once (run_gpu_check) and write one report (--json, default gpu-check.json)
-    check_budget:str=None,    # --gpu_check: full (default on CUDA) or tiny (default elsewhere: seconds per path)
-    check_paths:str=None,     # --gpu_check: a comma list of paths to run (default all: quick,eval,predict,predictor,resume,peft-*,...)
-    out:str=None,             # --gpu_check: folder for its runs (default: a temporary folder, removed at the end)
+    gpu_check:bool=False,     # moved: the GPU check is the command minbert_gpu_check (24a_gpu_check)
 ):
     "Benchmark minBERT against transformers.BertModel (same checkpoint, batch, dtype and optimizer) and print the ratio"
     if threads: torch.set_num_threads(threads)
-    if gpu_check:
-        from minbert_nb.checkpoint import write_json
-        r = run_gpu_check(device, check_budget, out, data_dir, [p.strip() for p in check_paths.split(",")] if check_paths else None)
-        path = write_json(r, json or "gpu-check.json")
-        print(f"gpu-check: {r['summary']['passed']} passed, {len(r['failed'])} failed in {r['seconds']:.0f} s on {r['device_name']} -> {path}")
-        if r["failed"]: raise SystemExit(f"gpu-check: {len(r['failed'])} path(s) failed: {', '.join(r['failed'])}; each error is in {path}.")
-        return r
+    if gpu_check: raise SystemExit("minbert_bench --gpu_check: the GPU check is a command of its own now: minbert_gpu_check "
+                                 "(--check_budget is --budget, --check_paths is --paths; --device, --data_dir, --out, --json as before).")
     if dtype == "both":
         r = bench_dtypes(backbone, batch_size, max_length, device, rounds, warmup, reps, data_dir, unpad=unpad)
         print(format_dtypes(r))

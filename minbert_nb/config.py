@@ -94,12 +94,12 @@ class TrainConfig(ModelConfig):
     dev_limit: int|None = None       # evaluate on at most this many dev rows per task (quick runs); None = full dev
     sick: bool = False               # add SICK 2014 train to STS (seed 000, Table 11)
     extra_train: list|None = None    # more training files, no code: [{"task": "sts", "path": "x.tsv", "columns": {...}, "sep": "\t", "label_range": [1, 5]}]
-    sst_phrases: bool|str = False    # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04a_trees);
+    sst_phrases: bool|str = False    # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04b_trees);
                                      # "auto": when the data folder has the trees, else on the sentences alone (recorded in the run)
     phrase_min_tokens: int = 1       # ... those of at least this many tokens (deduplicated; never a training sentence's own text)
     phrases_per_epoch: int|None = None  # phrases drawn per pass over SST, every sentence always included; None = every phrase
     quora_extra_2: bool = False      # Quora also trains on extra/quora-extra-train-2.csv (9,866 more pairs; offline data)
-    quora_implied: str|None = None   # Quora also trains on the pairs its labels imply (04b_pairgraph): both, duplicates or non-duplicates
+    quora_implied: str|None = None   # Quora also trains on the pairs its labels imply (04c_pairgraph): both, duplicates or non-duplicates
     skip_bad_rows: bool = False      # skip (and count) malformed data rows instead of stopping
     download: bool = True            # minbert_train: fetch missing CS224N files (checked) before training; false = stop with a message
     cache: bool = True               # keep the tokenized data on disk ($MINBERT_CACHE, default ~/.cache/minbert_nb) and reuse it; false = read the files every run

@@ -10,7 +10,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .data import DataError, get_task, load_split, plain_or_gz
+from .data import DataError, get_task, load_split, plain_or_gz, SCORE_KEYS
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
                                  score_split, overall_score, with_overall, pearson, accuracy)
 from .checkpoint import write_json
@@ -188,18 +188,9 @@ def _prepare_out(out:Path, runs:list):
     if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the members; write the ensemble to a new folder.")
     check_new_folder(out, "ensemble", reuse=("ensemble",))
 
-def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
-                  splits=("dev", "test"), partial:bool=False) -> dict:
-    "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
-    runs, out = [expand(r) for r in run_dirs], expand(out)
-    if not runs: raise ValueError("no run folders given.")
-    for r in runs:
-        if not r.is_dir(): raise FileNotFoundError(f"{r}: no such run folder.")
-    w = member_weights(weights, len(runs))
-    methods = dict(sst=sst, cfimdb=sst, para=para, sts=sts)
-    for t, m in methods.items():
-        if m not in METHODS[t]: raise ValueError(f"--{'sst' if t == 'cfimdb' else t} {m}: expected one of {', '.join(METHODS[t])}.")
-    _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
+def _ensemble_splits(runs:list, w:np.ndarray, methods:dict, splits, partial:bool) -> tuple:
+    """Each task and split that the members predict, ensembled: `({(task, split): result}, skipped, abstained)`. A file some
+    members lack is skipped, or with `partial` ensembled over those that have it (the others abstain)"""
     results, skipped, abstained = {}, [], {}
     for split in splits:
         for t in ENSEMBLE_TASKS:
@@ -218,12 +209,10 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
                 print(f"note: {t}-{split} from {sum(have)} of {len(runs)} members; {', '.join(lack)} {'abstains' if len(lack) == 1 else 'abstain'} (no {name})")
                 abstained[f"{t}-{split}"] = lack
             results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)
-    if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
-                                            "are these minbert_train run folders?")
-    differ = [t for t in ENSEMBLE_TASKS if (t, "dev") in results and (t, "test") in results and results[(t, "dev")]["have"] != results[(t, "test")]["have"]]
-    for t in differ: print(f"warning: {t} test predictions come from other members than the {t} dev score (a member predicts one split "
-                           "and not the other): the dev score does not describe the test file")
-    ddir = _data_dir(data_dir, runs)
+    return results, skipped, abstained
+
+def _dev_scores(results:dict, runs:list, ddir) -> tuple:
+    "The ensemble's dev scores and each member's, against the dev labels in `ddir`; each member's own metrics.json beside them"
     metrics, members = dict(split="dev"), [dict(run=str(r)) for r in runs]
     for (t, split), r in results.items():
         if split != "dev": continue
@@ -235,7 +224,29 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     for m in [metrics, *members]: with_overall(m)
     for r, m in zip(runs, members):
         mj = json.loads((r/"metrics.json").read_text()) if (r/"metrics.json").is_file() else {}
-        m["reported"] = {k: mj[k] for k in ("split", *TASK_METRIC.values(), "overall") if k in mj}
+        m["reported"] = {k: mj[k] for k in ("split", *SCORE_KEYS) if k in mj}
+    return metrics, members
+
+def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
+                  splits=("dev", "test"), partial:bool=False) -> dict:
+    "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
+    runs, out = [expand(r) for r in run_dirs], expand(out)
+    if not runs: raise ValueError("no run folders given.")
+    for r in runs:
+        if not r.is_dir(): raise FileNotFoundError(f"{r}: no such run folder.")
+    w = member_weights(weights, len(runs))
+    methods = dict(sst=sst, cfimdb=sst, para=para, sts=sts)
+    for t, m in methods.items():
+        if m not in METHODS[t]: raise ValueError(f"--{'sst' if t == 'cfimdb' else t} {m}: expected one of {', '.join(METHODS[t])}.")
+    _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
+    results, skipped, abstained = _ensemble_splits(runs, w, methods, splits, partial)
+    if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
+                                            "are these minbert_train run folders?")
+    differ = [t for t in ENSEMBLE_TASKS if (t, "dev") in results and (t, "test") in results and results[(t, "dev")]["have"] != results[(t, "test")]["have"]]
+    for t in differ: print(f"warning: {t} test predictions come from other members than the {t} dev score (a member predicts one split "
+                           "and not the other): the dev score does not describe the test file")
+    ddir = _data_dir(data_dir, runs)
+    metrics, members = _dev_scores(results, runs, ddir)
     metrics.update(members=members, **_summary(metrics, members), methods=dict(sst=sst, para=para, sts=sts), weights=w.tolist(),
                    ties={f"{t}-{s}": r["info"] for (t, s), r in results.items()}, skipped=skipped, abstained=abstained, dev_test_members_differ=differ)
     with OutputFolder(out, "ensemble", reuse=("ensemble",)) as folder:   # this process's alone while it writes
@@ -245,7 +256,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
                         data_dir=ddir, tie_rule=TIE_RULE, code=code_version()), out/"config.json")
         write_json(metrics, out/"metrics.json"); folder.started = True
         if any(k in metrics for k in TASK_METRIC.values()): plot_members(metrics, out/"figures"/"members.png")
-    keys = [k for k in (*TASK_METRIC.values(), "overall") if k in metrics]
+    keys = [k for k in SCORE_KEYS if k in metrics]
     gain = lambda k: f" ({metrics['gain_over_mean'][k]:+.4f} vs mean)" if k in metrics["gain_over_mean"] else ""   # every member has k
     print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f}{gain(k)}" for k in keys) + f" | {out}")
     return metrics

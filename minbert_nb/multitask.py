@@ -203,7 +203,7 @@ class MultitaskBert(nn.Module):
 
 # %% ../nbs/06_multitask.ipynb #a730ce50
 def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", seed:int=0) -> dict:
-    "A random batch in `minbert_nb.data.collate`'s format (for tests and examples)"
+    "A random batch in `minbert_nb.loaders.collate`'s format (for tests and examples)"
     g = torch.Generator().manual_seed(seed)
     def enc(t):
         ids = torch.randint(1, vocab, (B, t), generator=g); am = torch.ones(B, t, dtype=torch.long); am[0, t - 2:] = 0; ids[0, t - 2:] = 0

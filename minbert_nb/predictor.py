@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import *
-from .data import TaskDataset, make_loader
+from .loaders import TaskDataset, make_loader
 from .evaluate import predict_split
 from .pretrained import load_tokenizer, demo_similarity
 from .train import load_run, amp_dtype as run_amp_dtype   # the mixed-precision choice minbert_predict makes

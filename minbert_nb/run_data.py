@@ -7,24 +7,34 @@ Docs: https://minbert-nb.github.io/minbert_nb/run_data.html.md"""
 # %% ../nbs/08d_run_data.ipynb #98fdbfd7
 from __future__ import annotations
 import builtins, hashlib, inspect, warnings
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 import numpy as np
 import pandas as pd
-from .data import (TASKS, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir,
-                             TaskDataset, DataCache, tokenizer_fingerprint)
+from .data import TASKS, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir
+from .loaders import TaskDataset
+from .data_cache import DataCache, tokenizer_fingerprint
 from .fetch import sha256_file
 from .pairgraph import implied_pairs, pair_keys
 from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, check_tree_sentences
 from .config import TrainConfig
 
 # %% auto #0
-__all__ = ['read_extra', 'with_phrases', 'contrastive_pairs', 'data_inputs', 'build_data']
+__all__ = ['QUORA_POSITIVES', 'SOURCES', 'read_extra', 'with_phrases', 'contrastive_pairs', 'DataSource', 'run_files',
+           'data_inputs', 'build_data']
 
 # %% ../nbs/08d_run_data.ipynb #ae1e16b2
 def _limit(df:pd.DataFrame, n:int|None, seed:int) -> pd.DataFrame:
     if n is None or len(df) <= n: return df
     out = df.sample(n=n, random_state=seed).reset_index(drop=True); out.attrs = df.attrs
     return out
+
+def _extra(cfg:TrainConfig, name:str) -> Path:
+    "The file `name` of the data folder's `extra/`"
+    return find_data_dir(cfg.data_dir)/"extra"/name
+
+QUORA_POSITIVES = "quora-extra-positives.csv"   # extra/: 13,279 Quora duplicates (the implied pairs' graph, the contrastive pairs)
 
 def read_extra(spec:dict, skip_bad_rows:bool=False) -> pd.DataFrame:
     "Read one `extra_train` entry: `task`, `path`, `columns` (ours -> the file's), optional `sep` and `label_range`"
@@ -46,7 +56,7 @@ def with_phrases(df:pd.DataFrame, cfg:TrainConfig) -> tuple:
     return out, (len(df), cfg.phrases_per_epoch)
 
 def _quora_extra_2(cfg:TrainConfig) -> pd.DataFrame:
-    p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-train-2.csv"
+    p = _extra(cfg, "quora-extra-train-2.csv")
     if not p.is_file(): raise FileNotFoundError(f"{p}: not found; quora_extra_2=True trains on it. Point --data_dir / MINBERT_DATA at a "
                                                 "folder whose extra/ has it, or run with --quora_extra_2 false.")
     return read_task_file(p, "para", labelled=True)
@@ -54,7 +64,7 @@ def _quora_extra_2(cfg:TrainConfig) -> pd.DataFrame:
 def _quora_implied(cfg:TrainConfig, df:pd.DataFrame) -> pd.DataFrame:
     "The pairs implied by the paraphrase training rows `df` and the positives file, minus the dev and test pairs"
     parts = [df[["id", "sentence1", "sentence2", "label"]]]
-    p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-positives.csv"
+    p = _extra(cfg, QUORA_POSITIVES)
     if p.is_file(): parts.append(read_task_file(p, "para", labelled=True))
     held = set()
     for split in ("dev", "test"):   # texts only: a pair scored there must not be trained on, whatever its label
@@ -74,7 +84,7 @@ def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
     parts = []
     for src in cfg.contrastive_sources.split(","):
         if src == "quora-positives":
-            p = find_data_dir(cfg.data_dir)/"extra"/"quora-extra-positives.csv"
+            p = _extra(cfg, QUORA_POSITIVES)
             if not p.is_file(): raise FileNotFoundError(f"{p}: not found; contrastive_sources names quora-positives. Point --data_dir at "
                                                         "a folder whose extra/ has it, or leave it out of --contrastive_sources.")
             parts.append(read_task_file(p, "para", labelled=True).query("label == 1"))
@@ -89,47 +99,112 @@ def _phrases(cfg:TrainConfig) -> bool:
     "Whether SST trains on the trees' phrases: `sst_phrases` true, or 'auto' and the data folder has the training trees"
     return cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
 
-def _build_data(cfg:TrainConfig, tokenizer, splits, phrases:bool) -> dict:
+# %% ../nbs/08d_run_data.ipynb #d05468a7
+@dataclass(frozen=True)
+class DataSource:
+    "Rows a run adds to a task's training file: the setting that asks for them, the files they come from, how they are read"
+    name: str                       # the `TrainConfig` setting that asks for them
+    task: str|None                  # the task whose training rows they join; None: each task, as the setting's entries say
+    wanted: Callable                # cfg -> whether the run reads them
+    paths: Callable                 # (cfg, task) -> the files they come from (each in the cache key with its SHA-256)
+    read: Callable|None = None      # (cfg, task, rows) -> frames added to the task's rows so far, before `train_limit`
+    after: Callable|None = None     # (cfg, rows) -> (rows, pool): rows added after `train_limit`, a slice of them per pass
+    record: Callable|None = None    # the rows it added (`after`'s, when it has one) -> facts for the run's `files`
+    settings: Callable|None = None  # cfg -> the settings that shape the rows (in the cache key); default `{name: cfg.name}`
+    seeded: bool = False            # drawn with `cfg.seed` (which is then in the cache key)
+
+    def joins(self, task:str) -> bool: return self.task in (None, task)
+    def key_settings(self, cfg:TrainConfig) -> dict: return self.settings(cfg) if self.settings else {self.name: getattr(cfg, self.name)}
+
+def _check_trees(cfg:TrainConfig, task:str, rows:pd.DataFrame) -> list:
+    "No rows yet: the trees must be the training sentences, in this order, before any other SST rows join them"
+    check_tree_sentences(load_sst_trees(cfg.data_dir), rows)
+    return []
+
+def _entries(cfg:TrainConfig, task:str) -> list: return [e for e in (cfg.extra_train or []) if e.get("task") == task]
+
+def _phrase_settings(cfg:TrainConfig) -> dict:
+    on = _phrases(cfg)
+    return dict(sst_phrases=[cfg.sst_phrases is not False, on], phrase_min_tokens=cfg.phrase_min_tokens if on else None,
+                phrases_per_epoch=cfg.phrases_per_epoch if on else None)
+
+_IMPLIED_FACTS = ("kept", "positives", "negatives", "excluded", "conflicted_groups", "graph", "sources")
+
+SOURCES = (   # in the order they join a task's rows (the implied pairs last: every other Quora row is in their graph)
+    DataSource("sick", "sts", lambda c: c.sick, lambda c, t: [_extra(c, "sick2014/SICK_train.txt")],
+               read=lambda c, t, rows: [read_sick(_extra(c, "sick2014"), "train")]),
+    DataSource("quora_extra_2", "para", lambda c: c.quora_extra_2, lambda c, t: [_extra(c, "quora-extra-train-2.csv")],
+               read=lambda c, t, rows: [_quora_extra_2(c)]),
+    DataSource("sst_phrases", "sst", _phrases, lambda c, t: [sst_trees_path(c.data_dir)], read=_check_trees,
+               after=lambda c, rows: with_phrases(rows, c), record=lambda rows: {"sst_train_phrases": rows.attrs["phrases"]},
+               settings=_phrase_settings),
+    DataSource("extra_train", None, lambda c: bool(c.extra_train), lambda c, t: [Path(e["path"]) for e in _entries(c, t) if "path" in e],
+               read=lambda c, t, rows: [read_extra(e, c.skip_bad_rows) for e in _entries(c, t)]),
+    DataSource("quora_implied", "para", lambda c: bool(c.quora_implied),
+               lambda c, t: [_extra(c, QUORA_POSITIVES), *(data_files(c.data_dir)["para"][s] for s in ("dev", "test"))],
+               read=lambda c, t, rows: [_quora_implied(c, rows)], record=lambda rows: {"para_implied": {k: rows.attrs[k] for k in _IMPLIED_FACTS}},
+               seeded=True),
+)
+
+def _contrastive(cfg:TrainConfig, splits) -> bool:
+    "Whether the run builds contrastive pairs: `contrastive_weight` set, and a training split read"
+    return bool(cfg.contrastive_weight) and "train" in splits
+
+def _contrastive_files(cfg:TrainConfig) -> list:
+    "The files `contrastive_pairs` reads (its other sources are the tasks' training rows)"
+    return [_extra(cfg, QUORA_POSITIVES)] if "quora-positives" in cfg.contrastive_sources.split(",") else []
+
+def run_files(cfg:TrainConfig, splits=("train", "dev")) -> list:
+    "Every file `build_data` reads for `cfg` and `splits`: each task's split files, then those of the sources the run reads (None: no such split)"
+    fs, train = data_files(cfg.data_dir), "train" in splits
+    paths = [fs[t][s] for s in splits for t in cfg.tasks]
+    if train: paths += [p for src in SOURCES if src.wanted(cfg) for t in cfg.tasks if src.joins(t) for p in src.paths(cfg, t)]
+    return paths + (_contrastive_files(cfg) if _contrastive(cfg, splits) else [])
+
+# %% ../nbs/08d_run_data.ipynb #ea31a8c7
+def _task_rows(cfg:TrainConfig, t:str, split:str, files:dict) -> tuple:
+    "`(rows, paths, sources)`: task `t`'s file of `split`, then (training split) the sources that join it, cut to the limit"
+    df = load_split(t, split, cfg.data_dir, skip_bad_rows=cfg.skip_bad_rows)
+    paths, train = [str(df.attrs.get("path"))], split == "train"
+    sources = [s for s in SOURCES if train and s.joins(t) and s.wanted(cfg)]
+    for src in (s for s in sources if s.read):
+        for rows in src.read(cfg, t, df):
+            if "path" in rows.attrs: paths.append(str(rows.attrs["path"]))   # rows read from a file (not derived ones)
+            df = pd.concat([df, rows], ignore_index=True)
+            if src.record and not src.after: files.update(src.record(rows))
+    df = _limit(df, cfg.train_limit if train else cfg.dev_limit if split == "dev" else None, cfg.seed)
+    return df, paths, sources
+
+def _task_data(cfg:TrainConfig, tokenizer, t:str, split:str, files:dict, train_rows:dict):
+    "Task `t`'s `TaskDataset` of `split` (None for a test file that is not there); what it read goes into `files`"
+    try: df, paths, sources = _task_rows(cfg, t, split, files)
+    except FileNotFoundError as e:
+        if split == "test": warnings.warn(str(e)); return None
+        raise
+    pool = None
+    if split == "train": train_rows[t] = df
+    for src in (s for s in sources if s.after):
+        df, pool = src.after(cfg, df); paths += [str(p) for p in src.paths(cfg, t)]
+        if src.record: files.update(src.record(df))
+    mcfg = cfg.model_config()
+    mode = mcfg.mode_of(t)
+    ds = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="bi" if mode == "single" else mode, swap=mcfg.pair_swap)
+    if pool is not None: ds.pool = pool   # make_loader: every sentence each pass, phrases_per_epoch phrases
+    files[f"{t}_{split}"] = paths if len(paths) > 1 else paths[0]
+    files[f"{t}_{split}_rows"] = len(df)
+    if df.attrs.get("skipped"): files[f"{t}_{split}_skipped_rows"] = df.attrs["skipped"]
+    return ds
+
+def _build_data(cfg:TrainConfig, tokenizer, splits) -> dict:
     "`build_data` without the cache: read, check, select and tokenize"
-    mcfg, out, files, train_rows = cfg.model_config(), {}, {}, {}
-    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases is not False: files["sst_phrases"] = phrases
+    out, files, train_rows = {}, {}, {}
+    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases is not False: files["sst_phrases"] = _phrases(cfg)
     for split in splits:
         out[split] = {}
         for t in cfg.tasks:
-            try: df = load_split(t, split, cfg.data_dir, skip_bad_rows=cfg.skip_bad_rows)
-            except FileNotFoundError as e:
-                if split == "test": warnings.warn(str(e)); continue
-                raise
-            paths = [str(df.attrs.get("path"))]
-            if split == "train" and t == "sts" and cfg.sick:
-                sick = read_sick(find_data_dir(cfg.data_dir)/"extra"/"sick2014", "train")
-                paths.append(str(sick.attrs.get("path"))); df = pd.concat([df, sick], ignore_index=True)
-            if split == "train" and t == "para" and cfg.quora_extra_2:
-                q2 = _quora_extra_2(cfg); paths.append(str(q2.attrs["path"])); df = pd.concat([df, q2], ignore_index=True)
-            if split == "train" and t == "sst" and phrases:   # the trees must be these sentences, in this order
-                check_tree_sentences(load_sst_trees(cfg.data_dir), df)
-            if split == "train":
-                for ex in (e for e in (cfg.extra_train or []) if e.get("task") == t):
-                    extra = read_extra(ex, cfg.skip_bad_rows)
-                    paths.append(str(extra.attrs.get("path"))); df = pd.concat([df, extra], ignore_index=True)
-            if split == "train" and t == "para" and cfg.quora_implied:   # after every other Quora source: they are the graph
-                imp = _quora_implied(cfg, df); df = pd.concat([df, imp], ignore_index=True)
-                files["para_implied"] = {k: imp.attrs[k] for k in ("kept", "positives", "negatives", "excluded", "conflicted_groups", "graph", "sources")}
-            df = _limit(df, cfg.train_limit if split == "train" else cfg.dev_limit if split == "dev" else None, cfg.seed)
-            pool = None
-            if split == "train":
-                train_rows[t] = df
-                if t == "sst" and phrases:
-                    df, pool = with_phrases(df, cfg); paths.append(str(sst_trees_path(cfg.data_dir)))
-                    files["sst_train_phrases"] = df.attrs["phrases"]
-            mode = mcfg.mode_of(t)
-            out[split][t] = TaskDataset(df, t, tokenizer, cfg.max_length, pair_mode="bi" if mode == "single" else mode,
-                                        swap=mcfg.pair_swap)
-            if pool is not None: out[split][t].pool = pool   # make_loader: every sentence each pass, phrases_per_epoch phrases
-            files[f"{t}_{split}"] = paths if len(paths) > 1 else paths[0]
-            files[f"{t}_{split}_rows"] = len(df)
-            if df.attrs.get("skipped"): files[f"{t}_{split}_skipped_rows"] = df.attrs["skipped"]
-    if cfg.contrastive_weight and "train" in splits:
+            ds = _task_data(cfg, tokenizer, t, split, files, train_rows)
+            if ds is not None: out[split][t] = ds
+    if _contrastive(cfg, splits):
         pos = contrastive_pairs(cfg, train_rows)
         out["contrastive"] = TaskDataset(pos, "para", tokenizer, cfg.max_length, pair_mode="bi")
         files["contrastive_pairs"] = len(pos)
@@ -137,38 +212,24 @@ def _build_data(cfg:TrainConfig, tokenizer, splits, phrases:bool) -> dict:
     return out
 
 def _data_code() -> str:
-    "SHA-256 of the code that reads, selects and tokenizes the data (a change of it invalidates the cached data)"
-    import minbert_nb, minbert_nb.data, minbert_nb.trees, minbert_nb.pairgraph, transformers, tokenizers
-    def src(o):
-        try: return inspect.getsource(o)
-        except (OSError, TypeError): return repr(o.__code__.co_code) + repr(o.__code__.co_consts)
-    parts = [src(m) for m in (minbert_nb.data, minbert_nb.trees, minbert_nb.pairgraph)]
-    parts += [src(f) for f in (_limit, read_extra, with_phrases, _quora_extra_2, _quora_implied, contrastive_pairs, _build_data)]
+    "SHA-256 of the code that reads, selects, tokenizes and caches the data (a change of it invalidates the cached data)"
+    import minbert_nb, transformers, tokenizers
+    import minbert_nb.data, minbert_nb.loaders, minbert_nb.data_cache, minbert_nb.trees, minbert_nb.pairgraph, minbert_nb.run_data
+    mods = (minbert_nb.data, minbert_nb.loaders, minbert_nb.data_cache, minbert_nb.trees, minbert_nb.pairgraph, minbert_nb.run_data)
+    parts = [inspect.getsource(m) for m in mods]   # the whole of run_data: its sources (`SOURCES`) are data, not functions
     parts += [minbert_nb.__version__, transformers.__version__, tokenizers.__version__, np.__version__, pd.__version__]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 def data_inputs(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
     "What `build_data`'s output depends on (the cache key): the files it reads with their SHA-256, the settings that shape the rows, the tokenizer, the code"
-    d, mcfg, phrases, train = find_data_dir(cfg.data_dir), cfg.model_config(), _phrases(cfg), "train" in splits
-    fs, tasks = data_files(d), cfg.tasks
-    paths = [fs[t][s] for s in splits for t in tasks]
-    if train and "sts" in tasks and cfg.sick: paths.append(d/"extra"/"sick2014"/"SICK_train.txt")
-    if train and "para" in tasks and cfg.quora_extra_2: paths.append(d/"extra"/"quora-extra-train-2.csv")
-    if train and "sst" in tasks and phrases: paths.append(sst_trees_path(cfg.data_dir))
-    if train: paths += [Path(e["path"]) for e in (cfg.extra_train or []) if e.get("task") in tasks and "path" in e]
-    if train and "para" in tasks and cfg.quora_implied: paths += [d/"extra"/"quora-extra-positives.csv", fs["para"]["dev"], fs["para"]["test"]]
-    contrastive = bool(cfg.contrastive_weight) and train
-    if contrastive and "quora-positives" in cfg.contrastive_sources.split(","): paths.append(d/"extra"/"quora-extra-positives.csv")
-    files = {str(Path(p).resolve()): sha256_file(p) if Path(p).is_file() else "missing" for p in paths if p is not None}
-    modes = {t: mcfg.mode_of(t) for t in tasks}
-    seeded = cfg.train_limit is not None or cfg.dev_limit is not None or bool(cfg.quora_implied)   # the seed picks rows only then
-    settings = dict(splits=list(splits), tasks=list(tasks), modes=modes, max_length=cfg.max_length,
+    modes = {t: cfg.model_config().mode_of(t) for t in cfg.tasks}
+    files = {str(Path(p).resolve()): sha256_file(p) if Path(p).is_file() else "missing" for p in run_files(cfg, splits) if p is not None}
+    seeded = cfg.train_limit is not None or cfg.dev_limit is not None or any(s.seeded and s.wanted(cfg) for s in SOURCES)  # the seed picks rows
+    settings = dict(splits=list(splits), tasks=list(cfg.tasks), modes=modes, max_length=cfg.max_length,
                     pair_swap=cfg.pair_swap and any(m in ("cross", "both") for m in modes.values()),
                     train_limit=cfg.train_limit, dev_limit=cfg.dev_limit, seed=cfg.seed if seeded else None, skip_bad_rows=cfg.skip_bad_rows,
-                    sick=cfg.sick, quora_extra_2=cfg.quora_extra_2, quora_implied=cfg.quora_implied, extra_train=cfg.extra_train,
-                    sst_phrases=[cfg.sst_phrases is not False, phrases], phrase_min_tokens=cfg.phrase_min_tokens if phrases else None,
-                    phrases_per_epoch=cfg.phrases_per_epoch if phrases else None,
-                    contrastive_sources=cfg.contrastive_sources if contrastive else None)
+                    contrastive_sources=cfg.contrastive_sources if _contrastive(cfg, splits) else None)
+    for src in SOURCES: settings.update(src.key_settings(cfg))
     return dict(files=files, settings=settings, tokenizer=tokenizer_fingerprint(tokenizer), code=_data_code())
 
 def _warning_class(name:str):
@@ -178,13 +239,12 @@ def _warning_class(name:str):
 def build_data(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
     """Tokenized datasets `{split: {task: TaskDataset}}`, the contrastive pairs (if asked), the files they came from, and
     `cache`: where they came from (with `cfg.cache`, the data cache under the key of `data_inputs`)"""
-    phrases = _phrases(cfg)
-    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases == "auto" and not phrases:
+    if "sst" in cfg.tasks and "train" in splits and cfg.sst_phrases == "auto" and not _phrases(cfg):
         print(f"sst_phrases=auto: {find_data_dir(cfg.data_dir)/SST_TREES} not found; SST trains on its sentences alone")
     def build():   # the warnings of reading the files are kept with the data, and said again when it comes from the cache
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = _build_data(cfg, tokenizer, splits, phrases)
+            out = _build_data(cfg, tokenizer, splits)
         return dict(out, warnings=[[w.category.__name__, str(w.message)] for w in caught])
     if cfg.cache:
         inputs, cache = data_inputs(cfg, tokenizer, splits), DataCache()

@@ -1,4 +1,4 @@
-"""One training run as a handful of named steps — open the run folder, build, train an epoch, end an epoch, finish — with its loss terms, its run folder, and loading a finished run.
+"""One training run as a handful of named steps — open the run folder, build, train an epoch, end an epoch, finish — with its loss terms, its run folder, and loading a finished run. Longer than 500 lines on purpose: `Run`'s steps share one run's state, and splitting them apart would scatter the one loop a reader follows.
 
 Docs: https://minbert-nb.github.io/minbert_nb/train.html.md"""
 
@@ -19,7 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
-from .data import SCORE_KEYS, OVERALL_KEYS, make_loader
+from .data import SCORE_KEYS, OVERALL_KEYS
+from .loaders import make_loader
 from .multitask import MultitaskBert
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators

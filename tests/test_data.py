@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from minbert_nb.data import *
+from minbert_nb.loaders import *
 from minbert_nb.fetch import *
 
 from datapaths import DATA, FULL_DATA, SAMPLE, needs_full_data

@@ -3,7 +3,7 @@ import dataclasses, json, os, shutil, sys, time, warnings
 from pathlib import Path
 import pytest
 from datapaths import SAMPLE
-from minbert_nb.data import DataCache
+from minbert_nb.data_cache import DataCache
 from minbert_nb.pretrained import load_tokenizer
 from minbert_nb.config import TrainConfig, preset_config
 from minbert_nb.run_data import build_data, data_inputs

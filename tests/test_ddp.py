@@ -3,6 +3,7 @@ import json, os, shutil, subprocess, sys
 from pathlib import Path
 import pandas as pd, pytest, torch
 from minbert_nb.checkpoint import load_checkpoint
+from datapaths import tiny_backbone_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -11,7 +12,7 @@ pytestmark = [pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun not ins
 
 def _args(out, data):
     # dropout off: the two runs then compute the same function; global batch 8 = 2 ranks x 4
-    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "4",
+    return ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "4",
             "--batch_size", "8", "--train_limit", "40", "--dev_limit", "24", "--eval_batch_size", "24", "--checkpoint_every", "0",
             "--hidden_dropout", "0.0", "--attention_dropout", "0.0", "--head_dropout", "0.0", "--predict_test", "false", "--sampler", "simultaneous",
             "--amp", "off"]   # fp32: bf16 rounds a batch of 8 and two of 4 differently

@@ -349,7 +349,7 @@ def test_source_links_stay_on_the_site(site):
 
 def test_api_entries_for_methods_readers_call(site):
     out, _ = site
-    for page, name in [("smart.html", "EmbeddingPerturbation.ascend"), ("ablate.html", "PaperTable.row"), ("predictor.html", "Predictor.sentiment"),
+    for page, name in [("smart.html", "EmbeddingPerturbation.ascend"), ("tables.html", "PaperTable.row"), ("predictor.html", "Predictor.sentiment"),
                        ("predictor.html", "Predictor.embed"), ("pcgrad.html", "PCGrad.apply")]:
         assert re.search(rf'<h[34][^>]*id="{re.escape(name.lower())}"', (out / page).read_text()), f"{page}: no entry for {name}"
     adapters = (out / "adapters.html").read_text()

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from minbert_nb.data import load_split
+from datapaths import tiny_backbone_dir
 from minbert_nb.evaluate import (write_predictions, read_predictions, prediction_path, write_raw, read_raw, raw_path, accuracy,
                                  pearson, overall_score)
 from minbert_nb.ensemble import (vote, mean_scores, median_scores, average_raw, ensemble_split, ensemble_runs, minbert_ensemble,
@@ -273,7 +274,7 @@ def real_runs(module_tmp, small_data):
     runs = []
     for name, kw in (("plain", {}), ("lora", dict(peft="lora", lora_r=2))):
         out = module_tmp(name)
-        train(preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=24,
+        train(preset_config("quick", backbone=tiny_backbone_dir(), out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=24,
                             dev_limit=24, eval_batch_size=32, predict_test=True, save_checkpoint=False, **kw), progress=False)
         runs.append(out)
     return runs

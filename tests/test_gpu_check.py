@@ -1,4 +1,4 @@
-"`minbert_bench --gpu_check` on the CPU (tiny budget, gloo): every path runs and reports its figures, so the command cannot rot"
+"`minbert_gpu_check` on the CPU (tiny budget, gloo): every path runs and reports its figures, so the command cannot rot"
 import json, os, subprocess, sys
 import pytest
 
@@ -6,14 +6,14 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHON
 
 def _check(tmp_path, data, *flags):
     report = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, "-m", "minbert_nb.bench", "--gpu_check", "--device", "cpu", "--data_dir", str(data),
+    p = subprocess.run([sys.executable, "-m", "minbert_nb.gpu_check", "--device", "cpu", "--data_dir", str(data),
                         "--json", str(report), "--out", str(tmp_path / "runs"), *flags], capture_output=True, text=True, env=ENV, timeout=900)
     return p, (json.loads(report.read_text()) if report.is_file() else None)
 
 def test_every_path_runs_on_cpu(tmp_path, small_data):
     p, r = _check(tmp_path, small_data)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
-    from minbert_nb.bench import CHECK_PATHS
+    from minbert_nb.gpu_check import CHECK_PATHS
     assert list(r["paths"]) == list(CHECK_PATHS) and r["failed"] == [] and r["budget"] == "tiny"
     q = r["paths"]["quick"]
     for k in ("train_s", "steps_per_s", "sst_acc", "para_acc", "sts_corr", "overall", "data_time_s"): assert q[k] >= 0, k
@@ -29,6 +29,6 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
 
 def test_a_failing_path_fails_the_command(tmp_path, small_data):
     "eval alone has no run to score: the report says why, and the exit status is not 0"
-    p, r = _check(tmp_path, small_data, "--check_paths", "eval")
+    p, r = _check(tmp_path, small_data, "--paths", "eval")
     assert p.returncode != 0 and "1 path(s) failed: eval" in p.stderr
     assert r["failed"] == ["eval"] and "needs the quick run" in r["paths"]["eval"]["error"]

@@ -10,10 +10,11 @@ from minbert_nb.config import TrainConfig, preset_config
 from minbert_nb.train import train, _amp_dtype
 from minbert_nb.run_data import build_data
 from minbert_nb.pretrained import load_tokenizer
+from datapaths import tiny_backbone_dir
 
 
 def _cfg(out, data, **kw):
-    return preset_config("quick", out=str(out), data_dir=str(data), steps_per_epoch=6, epochs=1, batch_size=4, train_limit=None,
+    return preset_config("quick", backbone=tiny_backbone_dir(), out=str(out), data_dir=str(data), steps_per_epoch=6, epochs=1, batch_size=4, train_limit=None,
                          dev_limit=16, eval_batch_size=32, predict_test=False, **kw)
 
 MORE = dict(sst_phrases=True, phrase_min_tokens=3, phrases_per_epoch=12, quora_extra_2=True, contrastive_weight=1.0,
@@ -36,7 +37,7 @@ def test_phrases_per_epoch_bounds_the_sst_loader(small_data):
     d = build_data(TrainConfig(tasks=("sst",), data_dir=str(small_data), sst_phrases=True, phrase_min_tokens=1, phrases_per_epoch=20), tok, ("train",))
     ds = d["train"]["sst"]
     assert ds.pool == (60, 20) and len(ds) > 80
-    from minbert_nb.data import make_loader
+    from minbert_nb.loaders import make_loader
     dl = make_loader(ds, 8, shuffle=True)
     ids = [i for b in dl for i in b["ids"]]
     assert len(dl) == 10 and len(ids) == 80 and sum(i.startswith("phrase-") for i in ids) == 20

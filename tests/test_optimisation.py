@@ -9,9 +9,10 @@ from minbert_nb.train import train
 from minbert_nb.phases import run_training
 from minbert_nb.config import config_from_args, TrainConfig
 from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
+from datapaths import tiny_backbone_dir
 
 def _args(out, data, *extra):
-    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "6",
+    return ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "6",
             "--batch_size", "4", "--train_limit", "32", "--dev_limit", "16", "--eval_batch_size", "16", "--checkpoint_every", "2",
             "--hidden_dropout", "0.1", "--predict_test", "false", "--sst_phrases", "false", *extra]
 

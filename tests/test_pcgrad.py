@@ -8,6 +8,7 @@ from minbert_nb.multitask import MultitaskBert, ModelConfig, fake_batch
 from minbert_nb.losses import sst_loss, para_loss, sts_loss
 from minbert_nb.pcgrad import (pcgrad, pcgrad_orders, project_conflicting, task_of, split_params, shared_params, flatten_grads,
                                assign_flat_grad, task_gradients, PCGrad, grad_cosines, GradConflictLog)
+from datapaths import tiny_backbone_dir
 
 def _t(*xs): return torch.tensor(xs, dtype=torch.float64)
 
@@ -369,7 +370,7 @@ def test_grad_accum_leaves_plain_summed_training_unchanged():
 
 # ---- in a real (tiny) run: surgery once per optimizer step, and a stop asked for mid-window resumes exactly -----------------
 def _train_args(out, data, *extra):
-    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "1", "--steps_per_epoch", "4",
+    return ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--out", str(out), "--data_dir", str(data), "--epochs", "1", "--steps_per_epoch", "4",
             "--batch_size", "4", "--train_limit", "32", "--dev_limit", "16", "--eval_batch_size", "16", "--checkpoint_every", "0",
             "--hidden_dropout", "0.1", "--predict_test", "false", "--sst_phrases", "false",
             "--pcgrad", "true", "--sampler", "simultaneous", "--grad_accum", "2", *extra]

@@ -164,7 +164,7 @@ def test_pretrain_with_a_parameter_free_sts_head(tmp_path, small_data):
 def test_seed000_prefixes_are_layer_inputs_from_the_first_sst_batch(tmp_path, small_data):
     "prefix_kind input, prefix_init hidden-sst: every task's prefixes are the layer inputs at SST's first batch's first real tokens"
     from minbert_nb.train import Run
-    from minbert_nb.data import make_loader
+    from minbert_nb.loaders import make_loader
     cfg = preset_config("quick", out=str(tmp_path/"r"), data_dir=str(small_data), steps_per_epoch=2, batch_size=4, train_limit=16,
                         dev_limit=8, eval_batch_size=8, peft="prefix", mode="pretrain", prefix_len=3, prefix_kind="input",
                         prefix_init="hidden-sst", sst_phrases=False)

@@ -19,6 +19,7 @@ from minbert_nb.commands import minbert_predict
 from minbert_nb.evaluate import read_predictions, prediction_path, read_raw, raw_path
 from minbert_nb.data import load_split
 from minbert_nb.predictor import minbert_demo
+from datapaths import tiny_backbone_dir
 
 QQ = [("How do I learn Python?", "What is the best way to learn Python?"), ("How do I learn Python?", "Where is Lisbon?")]
 
@@ -26,7 +27,7 @@ QQ = [("How do I learn Python?", "What is the best way to learn Python?"), ("How
 @pytest.fixture(scope="module")
 def run(module_tmp, small_data):
     out = module_tmp("predictor") / "run"
-    cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
                         dev_limit=8, eval_batch_size=16, sst_phrases=False, peft="prefix", prefix_len=2, pair_swap=True,
                         phases=[{"name": "quora", "tasks": ["para"], "steps_per_epoch": 1}, {"name": "multitask"}])
     run_training(cfg, progress=False)
@@ -68,7 +69,7 @@ def test_predictor_gives_minbert_predicts_answers(run, p, small_data):
 
 def test_embed(run, p):
     e = p.embed(["A man is playing a guitar.", "Stocks fell.", "Hi"])
-    assert e.shape == (3, 384) and e.dtype == torch.float32 and p.embed_task == "sts"
+    assert e.shape == (3, p.model.bert.config.hidden_size) and e.dtype == torch.float32 and p.embed_task == "sts"
     assert (p.embed(["Stocks fell."], task="sst") - e[1:2]).abs().max() > 1e-3       # per-task prefixes: one vector per task
     p32 = Predictor.from_run(run, amp="off")
     sents = [a for a, _ in QQ] + [b for _, b in QQ]

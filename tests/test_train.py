@@ -7,6 +7,7 @@ from minbert_nb.config import TrainConfig, preset_config, config_from_args
 from minbert_nb.train import train, load_run
 from minbert_nb.commands import minbert_eval, minbert_predict
 from minbert_nb.evaluate import read_predictions
+from datapaths import tiny_backbone_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -16,7 +17,7 @@ N = 60   # rows per file of the `small_data` fixture (tests/conftest.py)
 @pytest.fixture(scope="module")
 def run(module_tmp, small_data):
     out = module_tmp("run")
-    cfg = preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=2, batch_size=4,
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=2, batch_size=4,
                         train_limit=24, dev_limit=24, eval_batch_size=32, predict_test=True)
     return out, train(cfg, progress=False)
 
@@ -111,10 +112,11 @@ def test_extra_train_from_config(tmp_path, small_data):
 
 def test_pair_swap_predictions_are_symmetric(tmp_path, small_data):
     "pair_swap: a cross-encoder trained on both orders predicts the mean over both, so swapping the sentences changes nothing"
-    from minbert_nb.data import TaskDataset, load_split, make_loader
+    from minbert_nb.data import load_split
+    from minbert_nb.loaders import TaskDataset, make_loader
     from minbert_nb.evaluate import predict_split
     from minbert_nb.pretrained import load_tokenizer
-    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "cross"},
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "cross"},
                         pair_swap=True, steps_per_epoch=3, epochs=1, batch_size=4, train_limit=24, dev_limit=24, predict_test=False)
     m = train(cfg, progress=False)
     assert 0 <= m["para_acc"] <= 1 and json.loads((tmp_path / "config.json").read_text())["pair_swap"] is True
@@ -130,11 +132,12 @@ def test_pair_swap_predictions_are_symmetric(tmp_path, small_data):
 def test_sts_both_encoders(tmp_path, small_data):
     "pair_modes sts=both: STS is the mean of the cosine and the cross-encoder (both orders), so it is symmetric, and it trains and reloads"
     import torch
-    from minbert_nb.data import TaskDataset, load_split, make_loader, collate
+    from minbert_nb.data import load_split
+    from minbert_nb.loaders import TaskDataset, make_loader, collate
     from minbert_nb.evaluate import predict_split
     from minbert_nb.losses import cosine_scores
     from minbert_nb.pretrained import load_tokenizer
-    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "both"},
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(tmp_path), data_dir=str(small_data), pair_modes={"para": "cross", "sts": "both"},
                         pair_swap=True, steps_per_epoch=3, epochs=1, batch_size=4, train_limit=24, dev_limit=24, predict_test=False)
     m = train(cfg, progress=False)
     assert -1 <= m["sts_corr"] <= 1
@@ -155,7 +158,7 @@ def test_ema_run_scores_and_saves_the_average(tmp_path, small_data):
     "--ema: the averaged weights are the run's model (best.pt, main columns); the raw weights' scores sit beside them"
     import torch
     from minbert_nb.checkpoint import load_checkpoint
-    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=4, epochs=1, batch_size=4,
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=4, epochs=1, batch_size=4,
                         train_limit=24, dev_limit=24, predict_test=False, ema=0.5)
     m = train(cfg, progress=False)
     hist = pd.read_csv(tmp_path / "history.csv")
@@ -170,12 +173,12 @@ def test_ema_run_scores_and_saves_the_average(tmp_path, small_data):
 def test_layer_decay_run_scales_the_backbone_groups(tmp_path, small_data):
     "--layer_decay: embeddings and each encoder layer below the top step at decay^depth of the backbone rate, heads at theirs"
     from minbert_nb.checkpoint import load_checkpoint
-    cfg = preset_config("quick", out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4,
+    cfg = preset_config("quick", backbone=tiny_backbone_dir(), out=str(tmp_path), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4,
                         train_limit=24, dev_limit=24, predict_test=False, layer_decay=0.5, warmup=0, schedule="constant")
     train(cfg, progress=False)
     groups = load_checkpoint(tmp_path / "last.pt")["optimizer"]["param_groups"]
     scales = sorted({g["lr_scale"] for g in groups})
-    assert scales == [0.5 ** k for k in range(6, -1, -1)]                           # MiniLM: 6 layers + embeddings + top/heads
+    assert scales == [0.5 ** k for k in range(2, -1, -1)]                           # the tiny BERT: 2 layers + embeddings + top/heads
     base = {g["name"].split("@")[0]: g["lr"] / g["lr_scale"] for g in groups}
     assert all(abs(g["lr"] / g["lr_scale"] - base[g["name"].split("@")[0]]) < 1e-15 for g in groups)   # one schedule for all
     assert not any("@" in g["name"] for g in groups if g["name"].startswith("head"))

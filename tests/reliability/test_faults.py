@@ -8,12 +8,13 @@ from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
 from minbert_nb.evaluate import read_predictions
 import minbert_nb.train as T
 import minbert_nb.step as S
+from datapaths import tiny_backbone_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _args(out, data):
-    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "10",
+    return ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--out", str(out), "--data_dir", str(data), "--epochs", "2", "--steps_per_epoch", "10",
             "--batch_size", "4", "--train_limit", "40", "--dev_limit", "24", "--eval_batch_size", "24", "--checkpoint_every", "2",
             "--hidden_dropout", "0.1", "--predict_test", "false"]
 

@@ -9,6 +9,7 @@ from minbert_nb.config import config_from_args, preset_config
 from minbert_nb.folders import (FolderRefused, LOCK, MARKER, OutputFolder, check_new_folder, folder_kind, held, lock_folder,
                                 unlock_folder)
 from minbert_nb.train import train
+from datapaths import tiny_backbone_dir
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMEOUT = 600   # against hangs only: a loaded 2-core machine can take minutes for a tiny run
@@ -44,7 +45,7 @@ def _one_line_refusal(rc, out, *words):
     return last
 
 def _tiny(out, data, *more):
-    return ["--preset", "quick", "--out", str(out), "--data_dir", str(data), "--epochs", "1", "--steps_per_epoch", "3",
+    return ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--out", str(out), "--data_dir", str(data), "--epochs", "1", "--steps_per_epoch", "3",
             "--batch_size", "4", "--train_limit", "40", "--dev_limit", "24", "--eval_batch_size", "24", "--predict_test", "false", *more]
 
 def _snapshot(folder):

@@ -10,6 +10,7 @@ from minbert_nb.config import preset_config
 from minbert_nb.data import DataError, load_split
 from minbert_nb.predictor import Predictor
 from minbert_nb.train import train
+from datapaths import tiny_backbone_dir
 
 LONG = " ".join(["wonderful"] * 1000)   # a 1,000-word text
 QQ = [("How do I learn Python?", "What is the best way to learn Python?")]
@@ -19,7 +20,7 @@ QQ = [("How do I learn Python?", "What is the best way to learn Python?")]
 def run(module_tmp, small_data):
     "A tiny trained run (a few steps on the 60-row sample)"
     out = module_tmp("inputs") / "run"
-    train(preset_config("quick", out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
+    train(preset_config("quick", backbone=tiny_backbone_dir(), out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4, train_limit=16,
                         dev_limit=8, eval_batch_size=8, sst_phrases=False, predict_test=False), progress=False)
     return out
 
