@@ -3,7 +3,7 @@ import json, shutil, re
 from pathlib import Path
 import pytest
 import minbert_nb.ablate as A
-from datapaths import ROOT, SAMPLE
+from datapaths import ROOT, SAMPLE, tiny_backbone_dir
 
 SEEDS = ROOT.parent / "shared" / "seeds"
 needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"needs the four reports in {SEEDS} (the project's spec)")
@@ -37,8 +37,8 @@ def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, 
     calls, real = [], A.run_training
     def counting(cfg, *a, **k): calls.append(cfg.preset); return real(cfg, *a, **k)
     monkeypatch.setattr(A, "run_training", counting)
-    out, data = tmp_path/"t10", str(SAMPLE)
-    A.run_table("000-T10", out, "tiny", rows=[1, 2], data_dir=data, progress=False)
+    out, data, tiny = tmp_path/"t10", str(SAMPLE), tiny_backbone_dir()     # the rows' bookkeeping, not their scores: a tiny BERT
+    A.run_table("000-T10", out, "tiny", rows=[1, 2], data_dir=data, backbone=tiny, progress=False)
     assert calls == ["000-T10/Round Robin", "000-T10/Proportional"]
     done = {p: p.stat().st_mtime_ns for p in out.rglob("row.json")}
     def failing(cfg, *a, **k):                      # the run is killed while training row 4
@@ -46,10 +46,10 @@ def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, 
         if cfg.preset.endswith("Annealed"): raise KeyboardInterrupt
         return real(cfg, *a, **k)
     monkeypatch.setattr(A, "run_training", failing); calls.clear()
-    with pytest.raises(KeyboardInterrupt): A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
+    with pytest.raises(KeyboardInterrupt): A.run_table("000-T10", out, "tiny", data_dir=data, backbone=tiny, progress=False)
     assert calls == ["000-T10/Square Root", "000-T10/Annealed"]
     monkeypatch.setattr(A, "run_training", counting); calls.clear()
-    df = A.run_table("000-T10", out, "tiny", data_dir=data, progress=False)
+    df = A.run_table("000-T10", out, "tiny", data_dir=data, backbone=tiny, progress=False)
     assert calls == ["000-T10/Annealed"]            # only the unfinished row trains again
     assert {p: p.stat().st_mtime_ns for p in done} == done
     assert df["status"].str.startswith("ok").all() and df["ours Avg"].notna().all()
