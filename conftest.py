@@ -54,13 +54,3 @@ def pytest_runtest_teardown(item, nextitem):
             if old is None: os.environ.pop("TMPDIR", None)
             else: os.environ["TMPDIR"] = old
             shutil.rmtree(d, ignore_errors=True)
-
-# The slowest files first (their minutes measured by `--durations`), each file's tests kept in their order: with the files
-# spread over processes (pytest-xdist, --dist loadfile), a long file that starts last leaves the other processes idle at the end.
-SLOW_FIRST = ("test_docs.py", "16b_ablate.ipynb", "08d_run_data.ipynb", "16e_reproduce.ipynb", "19_reproduce_a_table.ipynb",
-              "test_gpu_tables.py", "test_gpu_check.py", "test_ablate.py", "14_phases.ipynb", "14a_commands.ipynb", "test_faults.py",
-              "15b_analysis.ipynb", "test_ddp.py", "24_bench.ipynb", "09_train.ipynb", "test_optimisation.py")
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda it: rank.get(it.path.name, len(SLOW_FIRST)))   # stable: the rest keeps its order
