@@ -50,7 +50,7 @@ demo: $(VENV)/.runtime
 
 # The whole suite (pytest + nbval over nbs/), offline; the full data is used when present, else tests/sample_data.
 # Test files and notebooks run side by side, one process per core (pytest-xdist; a file's tests stay in one process), each
-# on one thread: on 2 cores this halves the wall time of one process on two threads, whose tiny models leave a core idle.
+# on one thread, so the processes share the cores instead of each asking for all of them.
 WORKERS ?= 4
 PYTEST  = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
           --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --durations=10
