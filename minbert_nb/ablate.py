@@ -6,6 +6,8 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 
 # %% ../nbs/16b_ablate.ipynb #8f0298e2
 from __future__ import annotations
+try: import fcntl
+except ImportError: fcntl = None   # not on Windows: the table's check then runs unlocked
 import dataclasses, json, os, re, shutil, time
 from dataclasses import asdict
 from pathlib import Path
@@ -282,7 +284,15 @@ def _select(table:PaperTable, rows) -> list:
     return [table.rows[i - 1] for i in idx]
 
 def _check_out(out:Path, want:dict):
-    "`out` is new, or a table folder of the same table, scale and backbone (its ablate.json); nothing else is written into"
+    """`out` is new, or a table folder of the same table, scale and backbone (its ablate.json); nothing else is written into.
+    The check and the write hold a lock beside `out`: processes of one table started at once (`--workers`, one per seed)
+    would otherwise see each other's half-made folder and refuse it"""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent/f".{out.name}.lock", "a") as lk:
+        if fcntl is not None: fcntl.flock(lk, fcntl.LOCK_EX)   # released when the file closes (or the process dies)
+        _check_out_locked(out, want)
+
+def _check_out_locked(out:Path, want:dict):
     f = out/"ablate.json"
     if not f.is_file(): check_new_folder(out, "ablate")
     if f.is_file():
