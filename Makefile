@@ -54,11 +54,12 @@ demo: $(VENV)/.runtime
 WORKERS ?= 4
 PYTEST  = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
           --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --durations=10
+# The first pass records which test files and notebooks read the full data (.data-trace/, see conftest.py) for the second.
 test: $(VENV)/.dev
-	$(PYTEST)
+	MINBERT_DATA_TRACE=1 PYTHONPATH=$(CURDIR)/tests/trace$${PYTHONPATH:+:$$PYTHONPATH} $(PYTEST)
 
-# The suite with the data lookup pointed at an empty folder, as on a machine without the data (CI runs both passes);
-# tests that read only the committed sample ran in the first pass on the same files and are left out (tests/conftest.py).
+# The suite with the data lookup pointed at an empty folder, as on a machine without the data (CI runs both passes).
+# What the first pass ran without reading the full data gives the same result here and is left out (tests/conftest.py).
 test-nodata: $(VENV)/.dev
 	d=$$(mktemp -d) && MINBERT_NODATA_PASS=1 MINBERT_DATA=$$d $(PYTEST); rc=$$?; rm -rf $$d; exit $$rc
 

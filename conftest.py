@@ -5,7 +5,8 @@ output ("Unrun reference cell has outputs"). We number the code cells as nbval c
 the docs and readers, and `--nbval-lax` only checks that every cell runs. Cells flagged with nbdev's test flags
 (`#| notest`, `#| gpu`, see `tst_flags` in pyproject.toml) are skipped, exactly as `nbdev-test` skips them.
 """
-import os, re, shutil, tempfile
+import os, re, shutil, sys, tempfile
+from pathlib import Path
 import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -30,6 +31,49 @@ if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
 
 collect_ignore_glob = ["nbs/_proc/*", "_proc/*"]
 
+# CI's first pass records which test files and notebooks read the full data (`make test` sets MINBERT_DATA_TRACE and puts
+# tests/trace on PYTHONPATH: its sitecustomize.py hooks every process of the suite). The second pass, without the data,
+# then runs those and leaves out what ran here without reading the data: that gives the same result in both passes.
+ROOT = Path(__file__).resolve().parent
+TRACE_DIR = ROOT / ".data-trace"   # ignored by git; `reads.txt`, `ran-*.txt` and `complete`, remade by each first pass
+
+def _worker(config): return getattr(config, "workerinput", {}).get("workerid")
+
+def _tracing(config) -> bool:
+    "Whether this process records for the trace: the first pass's main process, or one of its workers (not a pytest a test starts)"
+    return bool(os.environ.get("MINBERT_DATA_TRACE_ROOT")) and (config.stash.get(_OWNER, False) or bool(_worker(config)))
+
+_OWNER = pytest.StashKey[bool]()
+
+def pytest_configure(config):
+    if os.environ.get("MINBERT_NODATA_PASS") == "1" or os.environ.get("MINBERT_DATA_TRACE") != "1" or _worker(config): return
+    from minbert_nb.data import find_data_dir, has_full_data
+    try: data = find_data_dir()
+    except FileNotFoundError: data = None
+    shutil.rmtree(TRACE_DIR, ignore_errors=True)
+    if data is None or not has_full_data(data): return      # no data here: nothing to trace, and the second pass runs everything
+    TRACE_DIR.mkdir()
+    os.environ["MINBERT_DATA_TRACE"] = str(TRACE_DIR / "reads.txt")   # before the workers start: they and theirs inherit it
+    os.environ["MINBERT_DATA_TRACE_ROOT"] = str(data)                  # (a pytest that a test starts then finds a path, not 1)
+    config.stash[_OWNER] = True
+    import importlib.util                                               # this process is traced too
+    spec = importlib.util.spec_from_file_location("minbert_data_trace", ROOT / "tests" / "trace" / "sitecustomize.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+def pytest_collectstart(collector):
+    "Reads while a test file or notebook is collected (a module's import) are its own"
+    if _tracing(collector.config) and getattr(collector, "path", None) is not None and collector.path.is_file():
+        os.environ["MINBERT_TRACE_ITEM"] = os.path.relpath(collector.path, ROOT)
+
+def pytest_collection_finish(session):
+    "Which files this pass runs (each worker collects them all)"
+    if _tracing(session.config) and TRACE_DIR.is_dir():
+        files = sorted({os.path.relpath(it.path, ROOT) for it in session.items})
+        (TRACE_DIR / f"ran-{_worker(session.config) or 'main'}.txt").write_text("".join(f + "\n" for f in files))
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.stash.get(_OWNER, False) and exitstatus == 0 and TRACE_DIR.is_dir(): (TRACE_DIR / "complete").write_text("")
+
 # Each notebook's kernel gets a temporary folder of its own (TMPDIR, read by its `tempfile` calls), removed when the
 # notebook's last cell has run and its kernel has stopped. The notebooks demonstrate trainings in `tempfile.mkdtemp()`
 # folders; without this, a whole nbval pass would leave several GB behind in the system's temporary folder (5.7 GB in
@@ -38,6 +82,7 @@ _NB_TMP = {}
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item):
+    if _tracing(item.config): os.environ["MINBERT_TRACE_ITEM"] = os.path.relpath(item.path, ROOT)   # what the trace names (above)
     nb = item.parent
     if item.path.suffix == ".ipynb" and nb not in _NB_TMP:   # before the first cell's setup starts the kernel
         _NB_TMP[nb] = (tempfile.mkdtemp(prefix=f"nbval-{item.path.stem}-"), os.environ.get("TMPDIR"))

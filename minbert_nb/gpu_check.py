@@ -13,7 +13,7 @@ import torch
 from .core import default_device, tiny_config, cli
 from .bert import BertModel, BertConfig
 from .attention import configure_sdpa
-from .pretrained import resolve_checkpoint
+from .pretrained import tiny_backbone
 from .optimizer import AdamW
 from .data import SCORE_KEYS
 from .checkpoint import TrainingInterrupted, write_json
@@ -25,9 +25,9 @@ from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 
 # %% auto #0
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'busy_fraction', 'gpu_busy_fraction',
-           'check_adamw', 'tiny_backbone', 'CheckRun', 'check_quick', 'check_eval', 'check_predict', 'check_predictor',
-           'check_resume', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'run_check',
-           'run_gpu_check', 'minbert_gpu_check']
+           'check_adamw', 'CheckRun', 'check_quick', 'check_eval', 'check_predict', 'check_predictor', 'check_resume',
+           'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'run_check', 'run_gpu_check',
+           'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -90,20 +90,6 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (minutes on one H100); tiny: t
                  bench=dict(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, warmup=1, reps=2, memory=False),
                  mfu=dict(config=tiny_config(vocab_size=30522), batch_size=2, seq_len=16, dtype="fp32", warmup=1, reps=2, memory=False)),
 }
-
-def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
-    "A checkpoint folder holding a tiny random BERT (`config`, default 2 layers x 32) and the embedded backbone's tokenizer"
-    from safetensors.torch import save_file
-    folder, config = Path(folder), config or tiny_config(vocab_size=30522, max_position_embeddings=512)
-    folder.mkdir(parents=True, exist_ok=True)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0); sd = BertModel(config).state_dict()
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
-    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type="bert", architectures=["BertModel"]), indent=2))
-    src = resolve_checkpoint(None)
-    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        if (src/f).is_file(): (folder/f).write_bytes((src/f).read_bytes())
-    return folder
 
 @dataclasses.dataclass
 class CheckRun:

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/pretrained.html.md"""
 
 # %% ../nbs/02a_pretrained.ipynb #9afba91b
 from __future__ import annotations
-import contextlib, os, re, warnings
+import contextlib, json, os, re, warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 import torch
@@ -17,8 +17,8 @@ from .bert import *
 # %% auto #0
 __all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded', 'backbone_name',
            'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
-           'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'load_tokenizer', 'tokenize',
-           'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
+           'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'tiny_backbone',
+           'load_tokenizer', 'tokenize', 'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -145,6 +145,21 @@ def random_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
            else BertConfig.from_json(resolve_checkpoint(name)/"config.json", **overrides))
     model = BertModel(cfg); model.checkpoint_path = None
     return model
+
+# %% ../nbs/02a_pretrained.ipynb #c3e85a19
+def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
+    "A checkpoint folder holding a tiny random BERT (`config`, default 2 layers x 32) and the embedded backbone's tokenizer"
+    from safetensors.torch import save_file
+    folder, config = Path(folder), config or tiny_config(vocab_size=30522, max_position_embeddings=512)
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0); sd = BertModel(config).state_dict()
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
+    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type="bert", architectures=["BertModel"]), indent=2))
+    src = resolve_checkpoint(None)
+    for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (src/f).is_file(): (folder/f).write_bytes((src/f).read_bytes())
+    return folder
 
 # %% ../nbs/02a_pretrained.ipynb #d0480a17
 def load_tokenizer(name:str|os.PathLike|None=None):

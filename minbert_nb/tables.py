@@ -18,7 +18,7 @@ __all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS',
 # %% ../nbs/16_tables.ipynb #835be9fb
 SCALES = {
     # a smoke test of a whole table: each row trains a few steps on a few rows (well under a minute on 2 CPU cores)
-    "tiny": dict(epochs=1, steps_per_epoch=6, batch_size=8, eval_batch_size=64, max_length=32, train_limit=96, dev_limit=64,
+    "tiny": dict(epochs=1, steps_per_epoch=6, batch_size=8, eval_batch_size=64, max_length=32, train_limit=96, dev_limit=16,
                  bucket=True, predict_test=False, checkpoint_every=0, grad_conflicts=False, sst_phrases=False, warmup=0.1,
                  lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
     # every row on the quick preset's budget: 240 steps of 32 (7,680 examples), full dev sets; minutes per row on 2 CPU cores

@@ -58,14 +58,30 @@ def _looks_data_up(path) -> bool:
     if path not in _LOOKS: _LOOKS[path] = bool(_DATA_WORDS.search(path.read_text(encoding="utf-8")))
     return _LOOKS[path]
 
+ROOT = Path(__file__).resolve().parents[1]
+
+def _data_trace():
+    "(files the last complete first pass ran, those of them that read the full data), or None without such a record"
+    d = ROOT / ".data-trace"   # written by the root conftest.py
+    if not (d / "complete").is_file(): return None
+    read = lambda f: set(f.read_text().split()) if f.is_file() else set()
+    return set().union(*(read(f) for f in d.glob("ran-*.txt"))), read(d / "reads.txt")
+
 def pytest_collection_modifyitems(config, items):
     """`make test-nodata` (MINBERT_NODATA_PASS=1) is CI's second pass, with the data lookup pointed at an empty folder. It runs
-    what can behave differently there: the notebooks and tests that look data up. Tests that read only the committed
-    sample (the `small_data` fixture), and test files and notebooks that never look data up, give the same result in both
-    passes and ran in the first one, so this pass leaves them out."""
+    what can behave differently there. When the first pass just ran on this checkout with the full data, its record says
+    which test files and notebooks read the data (the root conftest.py): the rest ran there and give the same result here,
+    so they are left out. Without that record the rule is static: tests that read only the committed sample (the
+    `small_data` fixture), and test files and notebooks that never look data up, are left out."""
     if os.environ.get("MINBERT_NODATA_PASS") != "1": return
-    same = lambda it: ("small_data" in getattr(it, "fixturenames", ()) or it.path.name in _NO_DATA_LOOKUP
-                       or (it.path.suffix == ".ipynb" and not _looks_data_up(it.path)))
+    trace = _data_trace()
+    if trace is not None:
+        ran, read = trace
+        rel = lambda it: os.path.relpath(it.path, ROOT)
+        same = lambda it: rel(it) in ran and rel(it) not in read
+    else:
+        same = lambda it: ("small_data" in getattr(it, "fixturenames", ()) or it.path.name in _NO_DATA_LOOKUP
+                           or (it.path.suffix == ".ipynb" and not _looks_data_up(it.path)))
     drop = [it for it in items if same(it)]
     if drop:
         config.hook.pytest_deselected(items=drop)

@@ -23,7 +23,7 @@ def tiny_backbone_dir() -> str:
     global _TINY
     if _TINY is None:
         import atexit, shutil, tempfile
-        from minbert_nb.gpu_check import tiny_backbone
+        from minbert_nb.pretrained import tiny_backbone
         d = tempfile.mkdtemp(prefix="minbert-test-tiny-bert-"); atexit.register(shutil.rmtree, d, True)
         _TINY = str(tiny_backbone(Path(d) / "tiny-bert"))
     return _TINY

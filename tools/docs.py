@@ -297,6 +297,12 @@ def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
 _BLOCK = {"p", "li", "td", "th", "div", "pre", "blockquote", "dd", "dt", "h4", "h5", "h6", "summary"}
 _SKIP_LINK = {"a", "pre", "script", "style", "textarea", "h1", "h2", "h3", "h4", "h5", "h6", "button", "summary"}
 
+def _inside(el, names=(), cls=None) -> bool:
+    "Whether an ancestor of `el` is a tag named in `names` or has class `cls` (bs4's find_parent per node cost a minute a build)"
+    for p in el.parents:
+        if p.name in names or (cls is not None and cls in (p.get("class") or ())): return True
+    return False
+
 def _linkify_notebooks(soup, root, nb_links, current):
     "Every mention of a notebook (`08b_step`, 08g_smart, nbs/08h_pcgrad.ipynb) in prose, tables and show_doc text becomes a link to its page"
     from bs4 import NavigableString
@@ -304,7 +310,7 @@ def _linkify_notebooks(soup, root, nb_links, current):
     pat = re.compile(r"(?<![\w/.-])(?:nbs/(?:[\w-]+/)*)?(" + "|".join(map(re.escape, sorted(nb_links, key=len, reverse=True))) + r")(?:\.ipynb)?(?![\w-])")
     n = 0
     for code in list(root.find_all("code")):
-        if code.find_parent(_SKIP_LINK) or code.find_parent(class_="jp-RenderedText"): continue
+        if _inside(code, _SKIP_LINK, "jp-RenderedText"): continue
         txt = code.get_text().strip()
         m = pat.fullmatch(txt) or pat.match(txt)
         sym = txt[m.end():] if m else ""
@@ -312,7 +318,7 @@ def _linkify_notebooks(soup, root, nb_links, current):
             a = soup.new_tag("a", href=(nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""))
             a["class"] = "nb-link"; code.wrap(a); n += 1
     for t in list(root.find_all(string=pat)):
-        if not isinstance(t, NavigableString) or t.find_parent(_SKIP_LINK | {"code"}) or t.find_parent(class_="jp-RenderedText"): continue
+        if not isinstance(t, NavigableString) or _inside(t, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
         parts, last, s = [], 0, str(t)
         for m in pat.finditer(s):
             if nb_links[m.group(1)] == current: continue
@@ -372,7 +378,7 @@ def enhance_page(body, page, nb_links, module_page, repo_url):
             recs.append((cur, buf)); cur, buf = (_heading_text(el), el["id"]), []
         elif isinstance(el, NavigableString) and el.strip():
             par = el.parent
-            if par.name in skip or el.find_parent(["h2", "h3"]) or el.find_parent(class_="jp-RenderedText"): continue
+            if par.name in skip or _inside(el, ("h2", "h3"), "jp-RenderedText"): continue
             gap = " " if par.name in _BLOCK and el.previous_sibling is None else ""   # words of adjacent blocks stay apart
             buf.append(gap + str(el))
     recs.append((cur, buf))
