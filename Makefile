@@ -3,7 +3,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/pip install -q --disable-pip-version-check
+# --no-compile: no byte-compiling of every installed file (torch's thousands) at install; Python compiles what it imports, once
+PIP    := $(BIN)/pip install -q --disable-pip-version-check --no-compile
 # torch: the CPU build, on any pip setup. PyPI's Linux torch is the CUDA build (GBs), so torch comes from the PyTorch
 # CPU index (or a wheel already on this machine, for offline installs), and every later pip call pins the same version.
 # GPU users pick their CUDA index, e.g.  make TORCH_INDEX=https://download.pytorch.org/whl/cu126 train

@@ -3,7 +3,8 @@
 nbdev-clean stores notebooks with their outputs but without execution counts; nbval then refuses every cell with an
 output ("Unrun reference cell has outputs"). We number the code cells as nbval collects them, so outputs are kept for
 the docs and readers, and `--nbval-lax` only checks that every cell runs. Cells flagged with nbdev's test flags
-(`#| notest`, `#| gpu`, see `tst_flags` in pyproject.toml) are skipped, exactly as `nbdev-test` skips them.
+(`#| notest`, `#| gpu`, see `tst_flags` in pyproject.toml) are skipped, exactly as `nbdev-test` skips them, and so is
+a notebook's closing `nbdev.nbdev_export()` (below).
 """
 import os, re, shutil, sys, tempfile
 from pathlib import Path
@@ -14,6 +15,9 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 _SKIP = re.compile(r"^#\|\s*(notest|gpu)\b", re.M)
+# A notebook's closing `nbdev.nbdev_export()` rewrites the package's modules: under test it would race the other
+# notebooks' kernels importing them (a no-data CI pass once imported a half-written lora.py). Tests export nothing.
+_EXPORT = re.compile(r"^\s*(import nbdev;\s*)?nbdev\.nbdev_export\(\)\s*$", re.M)
 
 try:
     from nbval.plugin import IPyNbFile
@@ -25,7 +29,7 @@ if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
     def collect(self):
         for item in _collect(self):
             if item.cell.get("execution_count") is None: item.cell.execution_count = item.cell_num + 1
-            if _SKIP.search(item.cell.source): item.options["skip"] = True
+            if _SKIP.search(item.cell.source) or _EXPORT.search(item.cell.source): item.options["skip"] = True
             yield item
     IPyNbFile.collect, IPyNbFile._minbert_patched = collect, True
 
