@@ -213,7 +213,7 @@ def check_torchrun(c:CheckRun) -> dict:
 def check_bench(c:CheckRun) -> dict:
     "`bench_models` (MiniLM) and `bench_mfu` (bert-base's shape): sentences/s, tokens/s, MFU"
     dt = "bf16" if c.cuda else "fp32"
-    x = bench_models(device=c.device, dtype=dt, **c.b["bench"])
+    x = bench_models(device=c.device, dtype=dt, data_dir=c.data_dir, **c.b["bench"])   # sentences from the check's data
     f = {k: x[k] for k in ("minbert_train_sent_s", "hf_train_sent_s", "train_ratio", "minbert_forward_sent_s", "forward_ratio")}
     mfu = bench_mfu(device=c.device, **{"dtype": dt, **c.b["mfu"]})
     return dict(f, **{k: mfu[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "minbert_mfu", "hf_mfu")}, mfu_shape=mfu["arch"])
