@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from scipy.stats import pearsonr
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
@@ -33,6 +32,7 @@ def pearson(pred, gold) -> float:
     pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
     if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"pearson needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
     if pred.std() == 0 or gold.std() == 0: return 0.0
+    from scipy.stats import pearsonr   # here, not at import: scipy.stats costs every process that imports this module 1 s
     return float(pearsonr(pred, gold)[0])
 
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
