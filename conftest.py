@@ -6,7 +6,7 @@ the docs and readers, and `--nbval-lax` only checks that every cell runs. Cells 
 (`#| notest`, `#| gpu`, see `tst_flags` in pyproject.toml) are skipped, exactly as `nbdev-test` skips them, and so is
 a notebook's closing `nbdev.nbdev_export()` (below).
 """
-import os, re, shutil, sys, tempfile
+import os, re, shutil, tempfile
 from pathlib import Path
 import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
