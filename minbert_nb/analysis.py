@@ -213,7 +213,8 @@ def plot_frontier(df, path=None, title:str="dev score against trainable paramete
 DEFAULT_SENTENCE = "Some guy sitting on a couch watching television."
 
 def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=None) -> dict:
-    "Write every figure the run's outputs allow into RUN_DIR/figures/; returns {'written': [paths], 'skipped': {name: why}}"
+    """Write every figure the run's outputs allow into RUN_DIR/figures/ (a committed run keeps none of its own: this draws them
+    again from its history.csv, grad_conflicts.csv, metrics.json and predictions); returns {'written': [paths], 'skipped': {name: why}}"""
     import matplotlib; matplotlib.use("Agg")
     run = Path(run_dir)
     if not run.is_dir(): raise FileNotFoundError(f"{run}: no such run folder.")
@@ -230,6 +231,11 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
         written.append(save_figure(plot_sts(df) if t == "sts" else plot_confusion(df, t), run, name))
     if (run/"grad_conflicts.csv").is_file(): written.append(save_figure(plot_conflicts(pd.read_csv(run/"grad_conflicts.csv")), run, "grad_conflicts_curves"))
     else: skipped["grad_conflicts_curves"] = "no grad_conflicts.csv (train with --grad_conflicts)"
+    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
+    if "members" in m:                                   # an ensemble folder (15_ensemble): its members beside it
+        from minbert_nb.ensemble import plot_members
+        written.append(plot_members(m, run/"figures"/"members.png"))
+    else: skipped["members"] = "not an ensemble folder"
     if (run/"best.pt").is_file():
         from minbert_nb.train import load_run
         model, rcfg = load_run(run, device)

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'write_json',
-           'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop', 'TrainingInterrupted', 'config_diff',
-           'check_resume_compatible']
+__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'portable_paths',
+           'write_json', 'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop', 'TrainingInterrupted',
+           'config_diff', 'check_resume_compatible']
 
 # %% ../nbs/08a_checkpoint.ipynb #4099b9d8
 def to_plain(o, json:bool=False):
@@ -75,9 +75,29 @@ def atomic_write_text(path, text:str) -> Path:
         if tmp.exists() or tmp.is_symlink(): tmp.unlink()
     return path
 
+def portable_paths(obj, root=None):
+    """`obj` with every absolute path string made portable: relative to `root` (default: the working folder, a checkout's root
+    when runs are made from it) where it lies under it or beside it (`../shared/data`), `~/...` under the home folder, as it
+    was elsewhere (a temporary folder): committed run files then name no machine's folders"""
+    root = Path(root or os.getcwd()).resolve()
+    def one(s:str) -> str:
+        if not (s.startswith(os.sep) and len(s) > 1 and "\n" not in s): return s
+        p = Path(s)
+        home = Path.home()
+        if p.is_relative_to(root): return os.path.relpath(p, root)
+        if str(home) != os.sep and p.is_relative_to(home): return "~/" + str(p.relative_to(home))
+        if len(root.parts) > 2 and p.is_relative_to(root.parent): return os.path.relpath(p, root)   # a folder beside the checkout
+        return s
+    if isinstance(obj, str): return one(obj)
+    if isinstance(obj, Path): return one(str(obj)) if obj.is_absolute() else obj
+    if isinstance(obj, dict): return {k: portable_paths(v, root) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)): return type(obj)(portable_paths(v, root) for v in obj)
+    return obj
+
 def write_json(obj, path) -> Path:
-    "Write `obj` as indented JSON (NumPy values and paths made plain), atomically: a run's config.json and metrics.json"
-    return atomic_write_text(path, json.dumps(to_plain(obj, json=True), indent=2) + "\n")
+    """Write `obj` as indented JSON (NumPy values and paths made plain, absolute paths `portable_paths`), atomically: a run's
+    config.json and metrics.json"""
+    return atomic_write_text(path, json.dumps(to_plain(portable_paths(obj), json=True), indent=2) + "\n")
 
 def _unsafe_globals(path, err:Exception) -> list:
     "The globals (module.name) a refused pickle names"

@@ -27,6 +27,7 @@ class Claim:
     sign: int        # +1: the paper finds A > B; -1: A < B
     note: str = ""   # what to keep in mind beside the verdict
     differs: tuple = ()   # keys of DIFFERS: what differs from the paper here and could decide the verdict
+    margin: float|None = None   # a claim of *no* effect: |A − B| below this margin (the table's units) counts as none (an equivalence test)
 
     @property
     def column(self) -> str: return next(c for c, k in TABLES[self.table].columns.items() if k == self.metric)
@@ -38,7 +39,7 @@ class Claim:
 
 CLAIMS: dict = {}
 
-def claim(id:str, text:str, table:str, section:str, metric:str, a, b, sign:int, note:str="") -> Claim:
+def claim(id:str, text:str, table:str, section:str, metric:str, a, b, sign:int, note:str="", margin:float|None=None) -> Claim:
     "Register a claim after checking it against the registry: rows exist and run here, printed numbers exist, the printed sign is `sign`"
     a, b = ((x,) if isinstance(x, str) else tuple(x) for x in (a, b))
     if id in CLAIMS: raise ValueError(f"claim {id!r} is defined twice.")
@@ -52,7 +53,8 @@ def claim(id:str, text:str, table:str, section:str, metric:str, a, b, sign:int, 
         if t.row(n).needs: raise ValueError(f"{id}: row {n!r} cannot run here ({t.row(n).needs}).")
     if not a or not b or set(a) & set(b): raise ValueError(f"{id}: sides A {a} and B {b} must be non-empty and disjoint.")
     if sign not in (1, -1): raise ValueError(f"{id}: sign must be +1 or -1, got {sign!r}.")
-    c = Claim(id, text, table, section, metric, a, b, sign, note)
+    if margin is not None and not margin > 0: raise ValueError(f"{id}: margin {margin!r}: expected a positive difference that counts as no effect.")
+    c = Claim(id, text, table, section, metric, a, b, sign, note, margin=margin)
     if any(t.row(n).paper[c.column] is None for n in (*a, *b)): raise ValueError(f"{id}: a row has no printed {c.column}.")
     if np.sign(c.paper_diff) != sign: raise ValueError(f"{id}: the paper's difference is {c.paper_diff:+.4g}, not of sign {sign:+d}.")
     CLAIMS[id] = c; return c
@@ -101,6 +103,9 @@ claim("000-T4-prefix-best", "Prefix is generally the best module: its rows beat 
       "5 Experiments, Results", "avg", _module_in_every_group("Prefix"), _module_in_every_group("PAL"), +1, note="in the paper's pretrain / Base BERT group PAL is ahead (53.6 against 53.2)")
 claim("000-T4-pal-second", "PAL is generally second: its rows beat the adapter rows (mean over the four mode and backbone groups)", "000-T4",
       "5 Experiments, Results", "avg", _module_in_every_group("PAL"), _module_in_every_group("Adapter"), +1, note="in the paper's finetune / Base BERT group the adapter is ahead (59.8 against 59.2)")
+claim("000-T4-prefix-pretrain-near", "Sentence-BERT with prefix in pretrain mode (2.6M trainable parameters) comes within 3.8 points of "
+      "full fine-tuning on average", "000-T4", "5 Experiments, Results; 7 Conclusion", "avg", f"{_PRE_SBERT} / Prefix", f"{_FT_SBERT} / -", -1,
+      note="a claim of size, not sign: read its 'agrees in size' column (the paper's -3.8 inside our interval) and the difference itself")
 claim("000-T4-ensemble", "The ensemble of three Sentence-BERT models beats its best member (prefix)", "000-T4", "5 Experiments, Results",
       "avg", "Ensemble x3", f"{_FT_SBERT} / Prefix", +1, note=_READ_OFF + "; equal weights here: the report does not give its weights")
 
@@ -111,6 +116,11 @@ claim("000-T6-mean-absdiff", "Mean pooling on top of |u - v| further improves ST
       "+ mean pooling + $ u - v $", "+ $ u - v $", +1)
 claim("000-T6-best-avg", "Mean pooling with |u - v| is the best feature set: its average beats the runner-up's (|u - v| alone)", "000-T6", "6 Analysis",
       "avg", "+ mean pooling + $ u - v $", "+ $ u - v $", +1)
+_FULL_SBERT, _BEST_T6 = "+ cos-sim + mean pooling + $ u - v $", "+ mean pooling + $ u - v $"
+claim("000-T6-best-vs-sbert-avg", "Mean pooling with |u - v| and no cosine head beats the full Sentence-BERT (with the cosine head) on average: +5.1",
+      "000-T6", "6 Analysis", "avg", _BEST_T6, _FULL_SBERT, +1, note="the report's headline model (Table 5) against the Sentence-BERT of Section 4")
+claim("000-T6-best-vs-sbert-sts", "Mean pooling with |u - v| and no cosine head beats the full Sentence-BERT on STS: +13.5", "000-T6", "6 Analysis",
+      "sts_corr", _BEST_T6, _FULL_SBERT, +1)
 claim("000-T6-cos-sts", "A cosine-similarity STS head alone improves STS over Base BERT", "000-T6", "6 Analysis", "sts_corr", "+ cos-sim", "Base BERT", +1,
       note=_READ_OFF)
 claim("000-T7-own-task-sst", "A model fine-tuned on SST alone is far better on SST than models fine-tuned on Quora or STS alone", "000-T7", "6 Analysis",
@@ -148,13 +158,28 @@ claim("002-T2-dora-vs-lora", "DoRA beats LoRA (both with the linear scheduler, r
       "dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", "lora-concatembed-80-4e-04", +1,
       note="confounded in the paper: the DoRA row also anneals (SST and STS upweighted) and runs 35 epochs at batch 16 and 2e-4, against 80 at 4e-4; "
            "the text's 'across all tasks' does not hold for SST in its own table (0.480 against LoRA's 0.490)")
-claim("002-T2-ensemble", "The 5-model ensemble (majority vote) beats its best member by about 3 points overall", "002-T2", "2 Introduction; 5.4 Results",
-      "overall", "5-ensemble", "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", +1,
-      note="members as the report names them: three full-model cosine rows (two with MNRL), DoRA with the linear scheduler, and LoRA")
+_BEST_002 = "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"   # the best single model of Table 2 by dev overall (0.675)
+claim("002-T2-ensemble4", "The 4-model ensemble (majority vote) beats the best single model by 0.035 overall: the table's best dev score",
+      "002-T2", "5.4 Results; 6 Analysis", "overall", "4-ensemble", _BEST_002, +1,
+      note="members as the report names them: three full-model cosine rows (two with MNRL) and DoRA with the linear scheduler")
+claim("002-T2-ensemble", "The 5-model ensemble (majority vote), the one the introduction names, beats the best single model by about 3 points overall",
+      "002-T2", "2 Introduction; 5.4 Results", "overall", "5-ensemble", _BEST_002, +1,
+      note="members as the report names them: the 4-ensemble's and LoRA; the introduction's 0.707 is this row's dev score")
+claim("002-T2-annealed-para", "Annealed sampling raises Quora accuracy at 10 epochs (+0.059)", "002-T2", "5.4 Results; 6 Analysis", "para_acc",
+      "full-model-anneal1800-10-1e-05", "full-model-10-1e-5 baseline", +1, note="the annealed row also upweights SST and STS and fixes 1800 steps an epoch")
+claim("002-T2-mnrl-sst", "The MNRL phase costs a little SST accuracy (-0.012)", "002-T2", "5.4 Results", "sst_acc",
+      "full-model-mnrladddata3-anneal3600-60-1e-05-cos", _COS60, -1, note=_READ_OFF + "; 0.012 in the paper")
+claim("002-T2-full-vs-dora", "Full fine-tuning beats DoRA (the same 60 epochs and concatenated pair features)", "002-T2", "5.3 Experimental details; 5.4 Results",
+      "overall", _FULL60, "dora-anneal1800-concatembed-60-2e-04", +1,
+      note="the DoRA row also anneals (1800 steps an epoch, SST and STS upweighted) at 2e-4, the full row is round-robin at 1e-5")
 
 # %% ../nbs/16c_claims.ipynb #b0cf290f
 claim("003-T2-finetune", "Fine-tuning beats pretraining (frozen BERT) on average", "003-T2", "4.5 Results", "avg", "R2", "R1", +1)
 claim("003-T2-cosine-sts", "Cosine-similarity fine-tuning improves STS", "003-T2", "4.5 Results; 5.2 Cosine similarity", "sts_corr", "R4", "R2", +1)
+claim("003-T2-cosine-sst", "Cosine-similarity fine-tuning improves SST too (0.471 to 0.489)", "003-T2", "4.5 Results (Figure 3)", "sst_acc", "R4", "R2", +1,
+      note="the cosine head is STS's: SST's head is unchanged, so this is a transfer through the shared encoder")
+claim("003-T2-cosine-para", "Cosine-similarity fine-tuning improves Quora (0.649 to 0.714)", "003-T2", "4.5 Results (Figure 3)", "para_acc", "R4", "R2", +1,
+      note="the cosine rows' mean-pooled STS input also changes what the shared encoder is trained towards")
 claim("003-T2-cosine-avg", "Cosine-similarity fine-tuning improves the overall multitask score", "003-T2", "4.5 Results; 5.2 Cosine similarity", "avg",
       "R4", "R2", +1)
 _PRE = "as in the paper, the Quora {} comes before and on top of {} budget: more training as well as an order"
@@ -167,6 +192,7 @@ claim("003-T2-smart", "SMART regularisation (lambda 5) lowers the average agains
       note="the paper's R7 (lambda 0) changed the prediction layers for its SMART library and scores 0.093 below R4; here lambda 0 is R4's configuration, "
            "so R7 is R4's runs; the paper's R6 has SST 0.253, exactly the share of class 3 in SST dev (0.253): that run's SST head predicted one class")
 claim("003-T2-pcgrad", "Gradient surgery (PCGrad) neither raises nor lowers the average", "003-T2", "4.5 Results; 5.6 Gradient Surgery", "avg", "R8", "R4", -1,
+      margin=0.01,
       note=_NULL + "; 0.009 in the paper; our PCGrad row also samples simultaneously: each step takes a batch of every task, so it runs a third of R4's steps (the same examples seen)")
 claim("004-T2-concat-sts", "A cross-encoder (concatenated pair) is far better on STS than cosine similarity of separate embeddings", "004-T2",
       "5.4.1 Model Comparison", "sts_corr", "Concat", "Cos-Sim", +1)
@@ -179,13 +205,22 @@ claim("004-T2-simultaneous", "Simultaneous training beats sequential (Quora, STS
 claim("004-T2-pretrain", "Further pretraining on Quora before simultaneous training helps", "004-T2", "5.4.1 Model Comparison", "overall",
       "Concat+SMART+Pretrain", "Concat+SMART*", +1, note=_PRE.format("phase", "the simultaneous"))
 claim("004-T2-surgery", "Gradient surgery does not help on top of SMART and pretraining", "004-T2", "5.4.1 Model Comparison", "overall",
-      "Concat+SMART+Surgery+Pretrain", "Concat+SMART+Pretrain", -1, note=_NULL + "; 0.001 in the paper: within any seed's noise")
+      "Concat+SMART+Surgery+Pretrain", "Concat+SMART+Pretrain", -1, note=_NULL + "; 0.001 in the paper: within any seed's noise", margin=0.01)
+claim("004-T2-pretrain-sst", "Further pretraining on Quora also helps SST (+0.020)", "004-T2", "5.4.1 Model Comparison", "sst_acc",
+      "Concat+SMART+Pretrain", "Concat+SMART*", +1, note=_PRE.format("phase", "the simultaneous"))
 def _t3_rows(smart_weight) -> tuple:
     "Seed 004's Table 3 rows at SMART weight λ_s = `smart_weight`, one per dropout value"
     return tuple(f"Concat+SMART+Pretrain / λ_s={smart_weight} / dropout={d}" for d in (0.1, 0.2, 0.3, 0.4, 0.5))
 
 claim("004-T3-lambda5", "SMART weight 5 beats weight 1 (mean over the five dropout values)", "004-T3", "5.4.2 Parameter Tuning & Ensemble Result",
       "overall", _t3_rows(5), _t3_rows(1), +1, note=_READ_OFF + " (it picks lambda 5 from its Figure 3, on SST); 0.002 in the paper: within a seed's noise")
+claim("004-T3-lambda-null", "The SMART weight moves the overall score by at most 0.007 (λ_s 5 against 1, mean over the five dropout values)", "004-T3",
+      "5.4.2 Parameter Tuning & Ensemble Result", "overall", _t3_rows(5), _t3_rows(1), +1, margin=0.007,
+      note=_NULL + "; the table's 10 scores span 0.791-0.798: the report's 'at most 0.007', the equivalence margin")
+claim("004-T3-dropout-null", "Dropout moves the overall score by at most 0.007 (0.5 against 0.1, mean over λ_s 1 and 5)", "004-T3",
+      "5.4.2 Parameter Tuning & Ensemble Result", "overall", tuple(f"Concat+SMART+Pretrain / λ_s={l} / dropout=0.5" for l in (1, 5)),
+      tuple(f"Concat+SMART+Pretrain / λ_s={l} / dropout=0.1" for l in (1, 5)), -1, margin=0.007,
+      note=_NULL + "; the table's 10 scores span 0.791-0.798: the report's 'at most 0.007', the equivalence margin")
 claim("004-T4-ensemble", "A mode/median ensemble of the five λ_s = 5 models beats its best member on dev", "004-T4",
       "5.4.2 Parameter Tuning & Ensemble Result", "overall", "Concat+SMART+Pretrain ensemble (Dev)", "λ_s=5 / dropout=0.1", +1,
       note="0.002 in the paper (0.800 against 0.798, its best member by dev overall, tied with dropout 0.4): within a seed's noise")
@@ -209,16 +244,19 @@ DIFFERS = {
 _DIFFERS_OF = {
     "sbert": ("000-T4-sbert-sts", "000-T4-modules-pretrain-base", "000-T6-absdiff-sts", "000-T6-mean-absdiff", "000-T6-cos-sts",
               "002-T2-cosine-sts", "002-T2-mnrl-sts", "003-T2-cosine-sts", "004-T2-concat-sts", "004-T2-cos-baseline",
-              "000-T7-quora-transfers", "000-T4-sbert-sts-pretrain", "000-T6-best-avg", "003-T2-cosine-avg", "004-T2-cos-sts"),
+              "000-T7-quora-transfers", "000-T4-sbert-sts-pretrain", "000-T6-best-avg", "003-T2-cosine-avg", "004-T2-cos-sts",
+              "000-T6-best-vs-sbert-avg", "000-T6-best-vs-sbert-sts", "003-T2-cosine-sst", "003-T2-cosine-para", "002-T2-mnrl-sst"),
     "frozen": ("000-T3-finetune-sst", "000-T3-finetune-cfimdb", "000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert",
-               "000-T4-finetune-avg", "002-T2-finetune", "003-T2-finetune", "000-T4-sbert-sts-pretrain"),
+               "000-T4-finetune-avg", "002-T2-finetune", "003-T2-finetune", "000-T4-sbert-sts-pretrain", "000-T4-prefix-pretrain-near"),
     "quora": ("000-T7-quora-transfers", "000-T10-annealed", "000-T10-proportional", "000-T10-sqrt", "002-T2-annealed",
               "003-T2-pretrain-para", "004-T2-simultaneous", "004-T2-pretrain", "000-T10-annealed-highest",
-              "003-T2-pretrain-avg"),
+              "003-T2-pretrain-avg", "002-T2-annealed-para", "004-T2-pretrain-sst"),
     "budget": ("000-T10-annealed", "002-T2-epochs", "002-T2-annealed", "002-T2-mnrl-sts", "002-T2-full-vs-lora", "002-T2-dora-vs-lora",
-               "003-T2-smart", "004-T2-smart-sst", "004-T2-pretrain", "004-T3-lambda5", "000-T10-annealed-highest"),
+               "003-T2-smart", "004-T2-smart-sst", "004-T2-pretrain", "004-T3-lambda5", "000-T10-annealed-highest", "002-T2-full-vs-dora",
+               "002-T2-annealed-para", "004-T3-lambda-null", "004-T3-dropout-null"),
     "capacity": ("000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert", "000-T4-prefix-best", "000-T4-pal-second",
-                 "002-T2-full-vs-lora", "002-T2-dora-vs-lora", "000-T4-prefix-finetune-base", "000-T4-prefix-finetune-sbert"),
+                 "002-T2-full-vs-lora", "002-T2-dora-vs-lora", "000-T4-prefix-finetune-base", "000-T4-prefix-finetune-sbert", "002-T2-full-vs-dora",
+                 "000-T4-prefix-pretrain-near"),
     "truncation": ("000-T3-finetune-cfimdb",),
 }
 for _k, _ids in _DIFFERS_OF.items():

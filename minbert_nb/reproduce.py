@@ -17,7 +17,7 @@ from .config import TrainConfig
 from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
-from .tables import SCALES, TABLES, list_tables, row_configs
+from .tables import BUDGET, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing)
@@ -25,13 +25,15 @@ from .claims import CLAIMS
 from .verdicts import row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'reads', 'claim_rows', 'run_order', 'folder_seeds', 'orphaned', 'here_device', 'seed_device',
-           'claim_seeds', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan', 'worker_env', 'run_calls',
-           'table_from_runs', 'ablate_list', 'ablate_table', 'ablate_report', 'plan_summary', 'ablate_plan',
-           'ablate_reproduce', 'ablate_parser', 'legacy_command', 'parse_ablate', 'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'reads', 'claim_rows', 'run_order', 'folder_seeds', 'orphaned', 'here_device',
+           'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan', 'worker_env',
+           'run_calls', 'table_from_runs', 'ablate_list', 'ablate_table', 'ablate_show', 'ablate_report',
+           'plan_summary', 'ablate_plan', 'ablate_reproduce', 'ablate_parser', 'legacy_command', 'parse_ablate',
+           'minbert_ablate']
 
 # %% ../nbs/16e_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
+EARLIER_RESULTS = "results/ablate-scale-rates"   # runs made while the scales set every row's optimiser: read, marked, until re-run
 
 def reads(table, names) -> set:
     "Names of the rows of `table` whose runs the rows `names` read: themselves, an ensemble row's members, a `same_as` row's original"
@@ -258,10 +260,21 @@ def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|Non
               until=until)
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
-def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None):
-    """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, figures) and
-    what the report still needs at `scale` (plan.csv) into `report_out`; no training"""
-    df = write_report(results, report_out)
+def ablate_show(table:str, scale:str|None=None):
+    "`minbert_ablate show TABLE`: print each row's resolved optimiser and budget at `scale` (default short), and what the paper leaves unsaid"
+    if table not in TABLES: raise KeyError(f"table {table!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
+    scale, t = _scale(scale or REPORT_SCALE), TABLES[table]
+    print(f"{t.id} at scale {scale}: each row's own optimiser (its paper's at every scale) and its budget"
+          + (f" ({SCALES[scale][BUDGET]:,} examples an epoch)" if BUDGET in SCALES[scale] else " (the paper's own)"))
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60):
+        print(settings_frame(t, scale).drop(columns=["tasks"]).fillna("-").to_string())   # blank: the backbone's own, or not trained
+    for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
+
+def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS):
+    """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, figures; a claim
+    with fewer than 3 seeds there is read from `earlier`, marked) and what the report still needs at `scale` (plan.csv) into
+    `report_out`; no training"""
+    df = write_report(results, report_out, earlier=earlier)
     write_plan(plan_frame(results, scale or REPORT_SCALE), Path(report_out)/"plan.csv")
     print(df["verdict"].value_counts().to_string())
     print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'plan.csv'}")
@@ -318,7 +331,8 @@ def _run_here(calls:list, extra:list, quiet:bool=False, until:float|None=None) -
     return failed
 
 def ablate_reproduce(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, device:str|None=None,
-                     data_dir:str|None=None, workers:int=1, hours:float|None=None, until:float|None=None, quiet:bool=False):
+                     data_dir:str|None=None, workers:int=1, hours:float|None=None, until:float|None=None, quiet:bool=False,
+                     earlier:str|None=EARLIER_RESULTS):
     """`minbert_ablate reproduce`: run what `plan` lists, the claims' rows first (resumable), `workers` calls at a time; then
     write each table again from its finished runs, and the report"""
     if workers < 1: raise ValueError(f"--workers {workers}: expected at least 1.")
@@ -328,7 +342,7 @@ def ablate_reproduce(results:str="results/ablate", report_out:str="results/repro
     failed = run_calls(calls, workers, extra, until=until) if workers > 1 else _run_here(calls, extra, quiet, until)
     for c, why in failed: print(f"minbert_ablate: this call failed ({why}): minbert_ablate {' '.join(c)}")
     for table_id in dict.fromkeys(c[1] for c in calls): table_from_runs(table_id, Path(results)/f"{table_id}-{scale}", scale)
-    ablate_report(results, report_out)
+    ablate_report(results, report_out, earlier=earlier)
     if failed: sys.exit(f"minbert_ablate: {len(failed)} call(s) failed (above); the others ran.")
 
 # %% ../nbs/16e_reproduce.ipynb #4aff80e7
@@ -348,17 +362,20 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "until": (None, float, "the same as a Unix time (what `reproduce` passes to its calls)"),
     "results": ("results/ablate", str, "where the tables' run folders are"),
     "report_out": ("results/reproduction", str, "where claims.csv, report.md, plan.csv and the figures go"),
+    "earlier": (EARLIER_RESULTS, str, "runs of an earlier registry, read (and marked) for claims that --results holds fewer than 3 seeds of"),
 }
 _COMMANDS = {  # command -> (its function, what it does, its options)
     "list": (ablate_list, "print every table id with its caption, or the rows of TABLE", ()),
+    "show": (ablate_show, "print each row's resolved settings at a scale (learning rates, schedule, warm-up, dropout, batch size, budget)",
+             ("scale",)),
     "table": (ablate_table, "run (or continue) a table's rows, then print it beside the paper's numbers",
               ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until")),
     "plan": (ablate_plan, "no training: the runs the report still needs under --results, and the `table` calls that make them",
              ("results", "scale", "device")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "
-                              "figures), and plan.csv", ("results", "report_out", "scale")),
+                              "figures), and plan.csv", ("results", "report_out", "scale", "earlier")),
     "reproduce": (ablate_reproduce, "run what `plan` lists, the claims' rows first (resumable); then `report`",
-                  ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet")),
+                  ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet", "earlier")),
 }
 
 def ablate_parser() -> argparse.ArgumentParser:
@@ -369,11 +386,11 @@ def ablate_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         s._negative_number_matcher = p._negative_number_matcher
         if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
-        if name == "table": add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
+        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
         for o in options: add_arg(s, o, *_OPTIONS[o])
     return p
 
-_FLAGS = ("list", "report", "reproduce", "plan")   # the flags that chose a command before the subcommands, in the order they win
+_FLAGS = ("list", "show", "report", "reproduce", "plan")   # the flags that chose a command before the subcommands, in the order they win
 
 def legacy_command(argv:list) -> tuple:
     "The flags of `minbert_ablate` before its subcommands as (command, keyword arguments): `--list` (with `--table`: its rows), `--report`, `--reproduce`, `--plan`, else `--table ID`"
@@ -387,7 +404,8 @@ def legacy_command(argv:list) -> tuple:
         raise ValueError("--plan and --reproduce fill the report's folders (results/ablate/TABLE-SCALE) on the embedded backbone: drop "
                          "--backbone, --table and --out, or run one table with --table.")
     if command == "table" and not a["table"]: sys.exit("minbert_ablate: give a command: list, table ID, plan, report or reproduce (--help).")
-    return command, {k: a[k] for k in ("table",) * (command in ("list", "table")) + _COMMANDS[command][2]}
+    if command == "show" and not a["table"]: raise ValueError("--show prints one table's settings: give --table ID.")
+    return command, {k: a[k] for k in ("table",) * (command in ("list", "table", "show")) + _COMMANDS[command][2]}
 
 def parse_ablate(argv:list) -> tuple:
     "`argv` as (command, keyword arguments): a subcommand (`list`, `table ID`, `plan`, `report`, `reproduce`), or the flags before them"

@@ -8,33 +8,36 @@ Docs: https://minbert-nb.github.io/minbert_nb/tables.html.md"""
 from __future__ import annotations
 import math
 from dataclasses import dataclass, field
+import pandas as pd
 from .config import PRESETS, TrainConfig
 from .evaluate import overall_score
 
 # %% auto #0
-__all__ = ['SCALES', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'Row', 'PaperTable', 'register',
-           'paper_row', 'add_table', 'paper_average', 'row_configs', 'list_tables']
+__all__ = ['SCALES', 'BUDGET', 'OPTIMISER', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES', 'ASSUMED',
+           'SETTINGS', 'Row', 'PaperTable', 'register', 'paper_row', 'add_table', 'paper_average', 'row_configs',
+           'examples_seen', 'assumed', 'settings_frame', 'list_tables']
 
 # %% ../nbs/16_tables.ipynb #835be9fb
 SCALES = {
     # a smoke test of a whole table: each row trains a few steps on a few rows (well under a minute on 2 CPU cores)
-    "tiny": dict(epochs=1, steps_per_epoch=6, batch_size=8, eval_batch_size=64, max_length=32, train_limit=96, dev_limit=16,
-                 bucket=True, predict_test=False, checkpoint_every=0, grad_conflicts=False, sst_phrases=False, warmup=0.1,
-                 lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
-    # every row on the quick preset's budget: 240 steps of 32 (7,680 examples), full dev sets; minutes per row on 2 CPU cores
-    "quick": dict(epochs=1, steps_per_epoch=240, batch_size=32, max_length=64, train_limit=8000, dev_limit=None, bucket=True,
-                  predict_test=False, warmup=0.1, lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
-    # every row past its first steep learning phase (the learning curves below): 720 steps of 32 (23,040 examples) as 3 epochs
+    "tiny": dict(epochs=1, examples=48, eval_batch_size=64, max_length=32, train_limit=96, dev_limit=16, bucket=True,
+                 predict_test=False, checkpoint_every=0, grad_conflicts=False, sst_phrases=False),
+    # every row on the quick preset's budget: 7,680 training examples (240 steps of 32), capped at 8,000 rows a task, full dev sets
+    "quick": dict(epochs=1, examples=7_680, max_length=64, train_limit=8000, dev_limit=None, bucket=True, predict_test=False),
+    # every row past its first steep learning phase (the learning curves below): 23,040 examples as 3 epochs of 7,680
     # (annealing and the rows about epochs need several), on the whole training sets (no cap that would erase the tasks'
-    # sizes), full dev sets; on CPU a median of 15 minutes a row (6.5-49) over the report's 95 trained CPU runs, at one thread
-    # each and two at a time on 2 cores, SMART rows 42-49; most of it the three dev passes over Quora's 20,214 pairs
-    "short": dict(epochs=3, steps_per_epoch=240, batch_size=32, max_length=64, train_limit=None, dev_limit=None, bucket=True,
-                  predict_test=False, warmup=0.1, lr_backbone=5e-5, lr_heads=1e-3, lr_adapters=1e-3),
+    # sizes), full dev sets; on CPU a quarter of an hour a row or more, most of it the three dev passes over Quora's 20,214 pairs
+    "short": dict(epochs=3, examples=7_680, max_length=64, train_limit=None, dev_limit=None, bucket=True, predict_test=False),
     # the papers' own epochs and batch sizes (meant for a GPU; give --backbone bert-base-uncased for their backbone)
     "full": dict(),
 }
+BUDGET = "examples"   # a scale's training examples an epoch: each row's steps are examples / (its batch size x the tasks in a step)
+# A row's optimiser and regularisation are its paper's at every scale: a scale, a table's `at_scale` and a row's `scaled` never set these
+OPTIMISER = ("lr_backbone", "lr_heads", "lr_adapters", "layer_decay", "weight_decay", "schedule", "warmup", "grad_clip", "batch_size",
+             "grad_accum", "hidden_dropout", "attention_dropout", "head_dropout")
 PHASE_BUDGET = ("epochs", "steps_per_epoch")   # a phase's own budget gives way to the scale's below `full`
-PHASE_SHARE = "share"   # a phase's fraction of the scale's steps (rows that split one budget among their phases); ignored at `full`
+PHASE_SHARE = "share"   # a phase's fraction of the scale's examples (rows that split one budget among their phases); ignored at `full`
+
 
 # %% ../nbs/16_tables.ipynb #fc4b3242
 METRIC_KEYS = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr", "avg", "overall", "params")
@@ -182,7 +185,7 @@ add_table("000-T10", "Table 10: Result of different sampling methods on performa
       paper_row("Square Root", (49.8, 80.0, 72.0, 67.27), sampler="sqrt"),
       paper_row("Annealed", (49.8, 84.3, 74.0, 69.37), sampler="annealed")],
       base=dict(_RECIPE_000, **_SENTENCE_BERT, **_PEFT_MODULES["Prefix"]), percent=True, source="000 lines 295-301",
-      at_scale={"tiny": dict(epochs=3, steps_per_epoch=2), "quick": dict(epochs=3, steps_per_epoch=80, train_limit=None)},
+      at_scale={"tiny": dict(epochs=3, examples=16), "quick": dict(epochs=3, examples=2_560, train_limit=None)},
       note=_NOTE_000 + "; below full, the scale's steps run as 3 epochs (annealing needs epochs) on the whole training sets (samplers are about their sizes)")
 
 _ROTTEN = "Rotten Tomatoes reviews: not in the offline data (../shared/data), and minbert_nb has no reader for them"
@@ -249,9 +252,9 @@ add_table("002-T2", "Table 2: Performance scores on dev sets for different model
       paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-cos", (0.486, 0.779, 0.517, 0.674), **_annealed(3600), **_COSINE_STS, **_MNRL, **_epochs(60),
                 note="MNRL phase (3 epochs at full scale) on Quora duplicates and STS pairs >= 4, then multitask"),
       paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", (0.500, 0.775, 0.498, 0.675), **_annealed(3600), **_COSINE_STS, **_MNRL, epochs=60,
-                batch_size=16, scaled=dict(epochs=3, batch_size=16), note="'16' read as batch size 16"),
+                batch_size=16, scaled=dict(epochs=3), note="'16' read as batch size 16"),
       paper_row("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", (0.480, 0.746, 0.384, 0.639), **_lora("dora", 2e-4), **_annealed(3600),
-                pair_features="uv", epochs=35, batch_size=16, **_LINEAR_SCHEDULE, scaled=dict(epochs=2, batch_size=16)),
+                pair_features="uv", epochs=35, batch_size=16, **_LINEAR_SCHEDULE, scaled=dict(epochs=2)),
       paper_row("3-ensemble", (0.508, 0.785, 0.648, 0.706), ensemble=_ENSEMBLE3, ensemble_methods=_VOTE,
                 note="members not named in the report: the three cosine full-model rows"),
       paper_row("4-ensemble", (0.518, 0.780, 0.664, 0.710), ensemble=_ENSEMBLE4, ensemble_methods=_VOTE),
@@ -264,7 +267,8 @@ add_table("002-T2", "Table 2: Performance scores on dev sets for different model
 # Seed 003's heads (3.4): SST "a simple linear classification", Quora "two linear and one activation layer" over the two
 # inputs concatenated, held fixed across the rows; its cosine rows (R3-R8) take "the hidden states of all input tokens rather
 # than the CLS token" (mean pooling for STS), then "one linear and one activation layer", then the cosine
-_RECIPE_003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5, task_head_layers={"para": 2})
+_RECIPE_003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5, task_head_layers={"para": 2},
+                   schedule="constant", warmup=0.0)   # no scheduler named: the starter code's constant rate (ASSUMED below)
 _PRETRAIN_003, _FINETUNE_003 = dict(mode="pretrain", lr_heads=1e-3), dict(mode="finetune")
 _COSINE_003 = dict(sts_head="cosine", cosine_floor=-1.0, task_pooling={"sts": "mean"}, cosine_proj=True)
 add_table("003-T2", "Table 2: Experiment Results", {"Overall Dev": "avg", "SST Dev": "sst_acc", "STS Dev": "sts_corr", "Para Dev": "para_acc"}, [
@@ -285,7 +289,7 @@ add_table("003-T2", "Table 2: Experiment Results", {"Overall Dev": "avg", "SST D
       base=_RECIPE_003, source="003 lines 148-161", note="fractions; Overall is the plain mean of SST, STS and Quora")
 
 # %% ../nbs/16_tables.ipynb #0a4281f6
-_RECIPE_004 = dict(PRESETS["cross"], sampler="sequential", tasks=("para", "sts", "sst"))
+_RECIPE_004 = dict(PRESETS["cross"], sampler="sequential", tasks=("para", "sts", "sst"), schedule="constant", warmup=0.0)   # (ASSUMED below)
 # Sequential training: "sequentially trained on various tasks independently (in the sequence of paraphrase detection, semantic
 # textual similarity, and sentiment analysis) without further training on previously completed tasks"; 10 epochs, Quora's 2.
 # Phases, one task each, so that no task comes back; below `full` the scale's steps are split equally among them (each task
@@ -342,8 +346,18 @@ def paper_average(table:PaperTable, row:Row) -> float|None:
     return (s + p + r) / 3
 
 # %% ../nbs/16_tables.ipynb #f98b5def
+def _steps(examples:float, batch_size:int, tasks:int=1) -> int:
+    "Optimizer steps that train on `examples` examples in batches of `batch_size`, `tasks` batches a step (at least one)"
+    return max(1, round(examples / (batch_size * tasks)))
+
+def _no_optimiser(where:str, fields:dict):
+    if bad := sorted(set(fields) & set(OPTIMISER)):
+        raise ValueError(f"{where} sets {', '.join(bad)}: a scale shrinks the budget only; a row's optimiser is its paper's (its `config`).")
+
 def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> list:
-    "The TrainConfig fields of each run of `row` at `scale` (`overrides`, e.g. backbone or data_dir, last)"
+    """The TrainConfig fields of each run of `row` at `scale` (`overrides`, e.g. backbone or data_dir, last). Below `full` the
+    scale sets the budget alone: epochs, sequence length, training rows, and the examples an epoch, which become each row's
+    steps at its own batch size; the row keeps its paper's learning rates, schedule, warm-up, dropout and batch size"""
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
     out = []
     for part in (row.parts or ({},)):
@@ -352,21 +366,76 @@ def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> li
         own = {**table.base, **(PRESETS[pre] if pre else {}), **row.config, **part}
         cfg = dict(own)
         if scale != "full":
-            cfg.update(SCALES[scale]); cfg.update({k: own[k] for k in table.vary if k in own}); cfg.update(row.scaled)
-            if "epochs" in row.scaled: cfg["epochs"] = row.scaled["epochs"] * SCALES[scale].get("epochs", 1)   # in the scale's epochs
-            cfg.update(table.at_scale.get(scale, {}))
-            steps, tasks = cfg["steps_per_epoch"], TrainConfig(**{k: v for k, v in cfg.items() if k != "phases"}).tasks
-            per = lambda ts: max(1, steps // len(ts)) if cfg.get("sampler") == "simultaneous" else steps   # every task in every
-            if cfg.get("phases"):                                                                           # step: fewer steps
-                cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET + (PHASE_SHARE,)},
-                                      steps_per_epoch=max(1, round(per(p.get("tasks", tasks)) * p.get(PHASE_SHARE, 1))))
-                                 for p in cfg["phases"]]
+            at = table.at_scale.get(scale, {})
+            _no_optimiser(f"{table.id} / {row.name}: `scaled`", row.scaled); _no_optimiser(f"{table.id}: at_scale[{scale!r}]", at)
+            budget = {**SCALES[scale], **at}
+            cfg.update({k: v for k, v in budget.items() if k != BUDGET}); cfg.update({k: own[k] for k in table.vary if k in own})
+            cfg.update(row.scaled)
+            if "epochs" in row.scaled: cfg["epochs"] = row.scaled["epochs"] * budget.get("epochs", 1)   # in the scale's epochs
+            tasks = TrainConfig(**{k: v for k, v in cfg.items() if k != "phases"}).tasks
+            per = lambda ts, share=1, b=None: _steps(budget[BUDGET] * share, b or cfg["batch_size"], len(ts) if cfg.get("sampler") == "simultaneous" else 1)
+            if cfg.get("phases"):              # a simultaneous step takes a batch of every task: fewer steps, the same examples
+                cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET + (PHASE_SHARE,)},   # a contrastive phase: its own batch
+                                      steps_per_epoch=per(p.get("tasks", tasks), p.get(PHASE_SHARE, 1), _phase_batch(p, cfg))) for p in cfg["phases"]]
             elif "steps_per_epoch" not in row.scaled: cfg["steps_per_epoch"] = per(tasks)
         elif cfg.get("phases"): cfg["phases"] = [{k: v for k, v in p.items() if k != PHASE_SHARE} for p in cfg["phases"]]
         cfg.update({k: v for k, v in overrides.items() if v is not None})
         cfg["preset"] = f"{table.id}/{row.name}"
         out.append(cfg)
     return out
+
+def _phase_batch(p:dict, cfg:dict) -> int:
+    "The examples a step of phase `p` of run `cfg` takes: its contrastive batch where it trains that objective alone (MNRL), else the run's batch"
+    return p.get("contrastive_batch", cfg.get("contrastive_batch", 32)) if p.get("contrastive_only") else p.get("batch_size", cfg["batch_size"])
+
+def examples_seen(cfg:dict) -> int:
+    "Training examples a run of `cfg` (a `row_configs` entry) sees: steps x batch size x the tasks in a step, summed over its phases"
+    n = lambda c, ts, b=None: (c.get("epochs") or 1) * c["steps_per_epoch"] * (b or cfg["batch_size"]) * (len(ts) if cfg.get("sampler") == "simultaneous" else 1)
+    tasks = TrainConfig(**{k: v for k, v in cfg.items() if k not in ("phases", "preset")}).tasks
+    if cfg.get("phases"): return sum(n({"epochs": cfg.get("epochs"), **p}, p.get("tasks", tasks), _phase_batch(p, cfg)) for p in cfg["phases"])   # a phase runs the run's epochs but where it sets its own
+    return n(cfg, tasks)
+
+
+# %% ../nbs/16_tables.ipynb #b7c1e0a2
+_NO_DECAY = "0: the report names AdamW and no weight decay"
+_STARTER = ("constant, no warm-up: the report names no learning-rate scheduler; the CS224N starter code it built on steps AdamW "
+            "at a constant rate")
+ASSUMED = {   # a table id or a seed -> {setting: the value taken where the report gives none, and why}
+    "000-T3": {"batch_size": "64 for SST, 8 for CFIMDB: the CS224N handout's settings for the default minBERT, which the table reports",
+               "schedule": _STARTER, "weight_decay": _NO_DECAY},
+    "000": {"lr_heads": "1e-4: the report tunes the heads' rate per run in [1e-5, 1e-3] and prints none; 1e-4 is that range's middle",
+            "lr_adapters": "1e-4: the report tunes the modules' rate per run in [1e-5, 1e-3] and prints none; 1e-4 is that range's middle",
+            "hidden_dropout": "the backbone's own (0.1): the report names dropout 0.1 on the sentence embeddings only (head_dropout)",
+            "weight_decay": _NO_DECAY},
+    "002": {"batch_size": "8 where the row's name gives none: the CS224N starter code's default, one of the two the report varies (8, 16)",
+            "schedule": "constant where the row's name has no lrlinsched, but for the LoRA row of Table 1's ensembles: the report varies "
+                        "the scheduler (none, linear) and names one only for those models",
+            "warmup": "none: the report names no warm-up", "hidden_dropout": "the backbone's own (0.1): the report names none",
+            "weight_decay": _NO_DECAY},
+    "003": {"schedule": _STARTER, "weight_decay": _NO_DECAY},
+    "004": {"schedule": _STARTER, "weight_decay": _NO_DECAY},
+}
+SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "hidden_dropout", "batch_size")
+
+def assumed(table:PaperTable) -> dict:
+    "The settings `table`'s rows take where its paper gives no value, each with why (`ASSUMED`)"
+    return ASSUMED.get(table.id, ASSUMED.get(table.seed, {}))
+
+def settings_frame(table:PaperTable, scale:str="short") -> pd.DataFrame:
+    """Each run of `table`'s runnable rows at `scale`: its optimiser settings (`SETTINGS`; a rate that trains nothing, the
+    backbone's when it is frozen or the modules' without one, is blank) and its budget (epochs, steps an epoch, examples seen)"""
+    recs = []
+    for i, r in enumerate(table.rows, 1):
+        if r.needs or r.ensemble or r.same_as or r.untrained: continue
+        for cfg in row_configs(table, r, scale):
+            c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
+            s = {k: getattr(c, k) for k in SETTINGS}
+            if c.mode == "pretrain": s["lr_backbone"] = None
+            if c.peft == "none": s["lr_adapters"] = None
+            recs.append(dict(row=i, name=r.name, tasks=",".join(c.tasks), **s, epochs=c.epochs,
+                             steps=c.steps_per_epoch if not c.phases else "+".join(str(p["steps_per_epoch"]) for p in c.phases),
+                             examples=examples_seen(cfg)))
+    return pd.DataFrame(recs).set_index("row")
 
 # %% ../nbs/16_tables.ipynb #1b13ae96
 def list_tables(table_id:str|None=None) -> str:

@@ -15,16 +15,18 @@ from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .tables import TABLES, PaperTable, Row, row_configs
+from .tables import TABLES, PaperTable, Row, row_configs, examples_seen
 from .table_report import our_value, merge_metrics, hw_label, train_files, run_phases
 from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'paired_ci', 'verdict', 'table_folders', 'pick_folder', 'is_stale',
-           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
-           'judge', 'claims_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'report_markdown',
-           'write_report']
+__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'EXTRA_COLUMNS', 'EARLIER', 'HOLM_ALPHA', 'paired_ci', 'verdict',
+           'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
+           'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
+           'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings', 'verdicts_frame',
+           'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text', 'summary_table',
+           'readings_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -154,7 +156,7 @@ def _counted_runs(info:dict) -> tuple:
     for rows_of in info["seeds"].values():
         for row in t.rows:
             if row.same_as: continue
-            fresh = row_runs(t, row, rows_of, info.get("scale"))
+            fresh = row_runs(t, row, rows_of, _checked(info))
             runs += fresh; stale += len(row_runs(t, row, rows_of)) - len(fresh)
     return runs, stale
 
@@ -211,8 +213,13 @@ def table_setting(info:dict|None) -> str:
                                    ", ".join(hw), _n(len(runs), "run") + _cost(runs) + (f" ({stale} more trained a configuration the registry has since corrected: "
                                                                           "not counted)" if stale else ""))))
 
+def _checked(info:dict|None) -> str|None:
+    "The scale a table folder's runs are checked against for staleness (`is_stale`): none for a folder of earlier settings, read as it ran"
+    return None if (info or {}).get("earlier") else (info or {}).get("scale")
+
 def _stale_note(c:Claim, info:dict|None) -> str:
     t = TABLES[c.table]
+    if (info or {}).get("earlier"): return ""
     old = [n for n in dict.fromkeys(c.a + c.b) for rows_of in (info or {}).get("seeds", {}).values()
            if row_runs(t, t.row(n), rows_of) and not row_runs(t, t.row(n), rows_of, info["scale"])]
     return (f"not counted: the runs of {', '.join(dict.fromkeys(old))} trained a configuration the registry has since corrected; "
@@ -245,7 +252,7 @@ def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
     behind A and B, and each of those seeds with the device its runs trained on"""
     diffs, ar, br, where = [], [], [], []
     for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
-        va, vb = ([row_value(t, t.row(n), rows_of, c.metric, (info or {}).get("scale"), at) for n in side] for side in (c.a, c.b))
+        va, vb = ([row_value(t, t.row(n), rows_of, c.metric, _checked(info), at) for n in side] for side in (c.a, c.b))
         if any(v is None for v, _ in va + vb): continue                     # paired: only seeds where every row ran
         diffs.append(np.mean([v for v, _ in va]) - np.mean([v for v, _ in vb]))
         ra, rb = [r for _, rs in va for r in rs], [r for _, rs in vb for r in rs]
@@ -264,6 +271,24 @@ def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
         text.append(f"{dev or 'device not recorded'} (seeds {seeds}): {_f(m, percent)} [{_f(lo, percent)}, {_f(hi, percent)}], {v}")
     return "; ".join(text), ";".join(verdicts)
 
+def member_pairs(c:Claim) -> list:
+    """The pairs of rows behind claim `c`'s averages, each read on its own: A's and B's rows in order where the sides are as long
+    (a module in each of four groups, a dropout value at two weights), else each row of the longer side against the other's one
+    row; [] for a claim of one row a side, or of sides that do not pair"""
+    if len(c.a) == len(c.b) > 1: return list(zip(c.a, c.b))
+    if len(c.b) == 1 < len(c.a): return [(a, c.b[0]) for a in c.a]
+    if len(c.a) == 1 < len(c.b): return [(c.a[0], b) for b in c.b]
+    return []
+
+def member_text(c:Claim, t:PaperTable, info:dict|None) -> str:
+    "Each pair of `member_pairs(c)` with its own paired difference and 95% interval over the seeds where both ran, and the paper's"
+    out = []
+    for a, b in member_pairs(c):
+        one = Claim(c.id, c.text, c.table, c.section, c.metric, (a,), (b,), c.sign)
+        m, lo, hi = paired_ci(_paired(one, t, info)[0])
+        out.append(f"{a} − {b}: {_f(m, t.percent)} [{_f(lo, t.percent)}, {_f(hi, t.percent)}] (paper {_f(one.paper_diff, t.percent)})")
+    return "; ".join(out)
+
 def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already"""
@@ -272,14 +297,16 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
     m, lo, hi = paired_ci(diffs)
     last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
-    waiting = _waiting(c, t, (info or {}).get("seeds", {}), (info or {}).get("scale")) if len(diffs) < MIN_SEEDS else ""
+    waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
                 last_verdict=verdict(llo, lhi, c.sign, len(last)) if last or not diffs else "not read",
-                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent))))
+                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent))),
+                diffs=list(diffs), settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
+                members=member_text(c, t, info))
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
     """Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder, and the same
@@ -289,19 +316,107 @@ def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.Data
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([judge(c, found, root, scale, setting[c.table]) for c in claims.values()])
 
+# %% ../nbs/16d_verdicts.ipynb #a9e0c002
+EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
+EARLIER = ("earlier settings: the scale then set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
+           "batches of 32) where the row now keeps its paper's; re-run pending")
+HOLM_ALPHA = 0.05
+
+def p_value(diffs) -> float:
+    "Two-sided p-value of the paired t-test that the mean of `diffs` is 0 (nan with fewer than 2; 0 or 1 when they do not vary)"
+    d = np.asarray(diffs, float)
+    if len(d) < 2: return math.nan
+    sd = d.std(ddof=1)
+    if sd == 0: return 0.0 if d.mean() != 0 else 1.0
+    return float(2 * stats.t.sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
+
+def agreement(paper:float, lo:float, hi:float, sign:int) -> str:
+    "`agrees in size` when `paper` lies in [lo, hi]; else `smaller` or `larger`: our effect along the paper's `sign` against the paper's"
+    if lo is None or math.isnan(lo) or math.isnan(hi): return ""
+    if lo <= paper <= hi: return "agrees in size"
+    return "smaller" if sign * paper > max(sign * lo, sign * hi) else "larger"
+
+def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
+    """Two one-sided t-tests (TOST) that the mean of `diffs` lies within ±`margin`: 'equivalent' when both reject at `alpha`
+    (the 1 − 2·alpha interval inside the margins), with that interval; '' for a claim without a margin"""
+    if margin is None: return ""
+    d = np.asarray(diffs, float); n = len(d)
+    if n < MIN_SEEDS: return f"not tested (fewer than {MIN_SEEDS} seeds; margin ±{margin:g})"
+    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    if se == 0: p = 0.0 if abs(m) < margin else 1.0
+    else: p = float(max(stats.t.sf((m + margin) / se, n - 1), stats.t.cdf((m - margin) / se, n - 1)))
+    h = float(stats.t.ppf(1 - alpha, n - 1) * se)
+    return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
+
+def holm(p_values, alpha:float=HOLM_ALPHA) -> list:
+    "Holm's step-down procedure: whether each p-value (nan: not tested) rejects at family-wise `alpha` over the tested ones"
+    p = np.asarray(p_values, float); ok = ~np.isnan(p); k = int(ok.sum()); out = [False] * len(p)
+    for rank, i in enumerate(sorted(np.flatnonzero(ok), key=lambda i: p[i])):
+        if p[i] > alpha / (k - rank): break
+        out[i] = True
+    return out
+
+def seeds_needed(diffs, level:float=0.95, cap:int=100) -> float:
+    """The fewest seeds at which the Student-t interval of `diffs`' mean and spread would exclude zero (nan: too few to say, or
+    no mean; `cap + 1` when not even `cap` seeds would)"""
+    d = np.asarray(diffs, float)
+    if len(d) < 2 or d.mean() == 0: return math.nan
+    sd, m = d.std(ddof=1), abs(d.mean())
+    if sd == 0: return float(len(d))
+    return float(next((n for n in range(2, cap + 1) if stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) < m), cap + 1))
+
+def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
+    "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
+    claims = claims or CLAIMS
+    df = df.copy()
+    df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) for r in df.itertuples()]
+    df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
+    df["p_value"] = [p_value(d) if len(d) >= MIN_SEEDS else math.nan for d in df["diffs"]]
+    rejects = holm(df["p_value"])
+    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else
+                          ("reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted") for r, ok in zip(df.itertuples(), rejects)]
+    df["seeds_needed"] = [seeds_needed(d) if v == "inconclusive" else math.nan for d, v in zip(df["diffs"], df["verdict"])]
+    df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
+    return df
+
+def verdicts_frame(results, root=".", scale:str|None=None, earlier=None, claims=None) -> pd.DataFrame:
+    """Every claim's line (`claims_frame`) with the readings of `with_readings`; a claim with fewer than MIN_SEEDS seeds under
+    `results` is read from the folder `earlier` (runs made before a fix of the registry, as they ran) where it has more there,
+    marked `settings = earlier`"""
+    claims = claims or CLAIMS
+    df = claims_frame(results, root, scale, claims)
+    if earlier is not None and Path(earlier).is_dir():
+        found = {k: [dict(i, earlier=True) for i in v] for k, v in table_folders(earlier).items()}
+        for i in df.index[df["seeds"] < MIN_SEEDS]:
+            old = judge(claims[df.at[i, "claim"]], found, root, scale)
+            if old["seeds"] > df.at[i, "seeds"]: df.loc[i, list(old)] = pd.Series(old)
+    return with_readings(df, claims)
+
 # %% ../nbs/16d_verdicts.ipynb #d262bb5a
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
-    "The paper's difference and ours (with its 95% interval) for every claim of `table`; `key` goes into the PNG's Comment"
+    """Every claim of `table` on one line: each seed's A − B as a point, their mean with its 95% interval, and the paper's
+    difference as a diamond; the verdict (and Holm's, where it differs) at the right; `key` goes into the PNG's Comment"""
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     d = df[df["table"] == table].reset_index(drop=True); y = np.arange(len(d))
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(d) + 1.4))
-    ax.barh(y - 0.2, d["paper_diff"], height=0.38, color="0.7", label="paper")
-    ours = d["ours_diff"].astype(float); err = np.vstack([(ours - d["ci_low"]).fillna(0), (d["ci_high"] - ours).fillna(0)])
-    ax.barh(y + 0.2, ours.fillna(0), height=0.38, xerr=err, color="tab:blue", error_kw=dict(lw=0.8, capsize=2), label="ours (95% CI over seeds)")
-    for i, v in enumerate(d["verdict"]): ax.text(1.01, y[i], v, transform=ax.get_yaxis_transform(), va="center", fontsize=7)
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(d) + 1.5))
+    for i, r in d.iterrows():
+        seeds = [float(x) for x in str(r.get("seed_diffs") or "").split(";") if x not in ("", "nan")]
+        earlier = r.get("settings") == "earlier"; col = "0.45" if earlier else "tab:blue"
+        if seeds: ax.scatter(seeds, np.full(len(seeds), i) + np.linspace(-0.12, 0.12, len(seeds)), s=10, color=col, alpha=0.55, lw=0, zorder=2)
+        if not math.isnan(r.ours_diff):
+            lo, hi = r.ci_low, r.ci_high
+            if not math.isnan(lo): ax.plot([lo, hi], [i, i], color=col, lw=1.6, zorder=3)
+            ax.scatter([r.ours_diff], [i], s=28, color="white" if earlier else col, edgecolor=col, zorder=4)
+        ax.scatter([r.paper_diff], [i], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, zorder=5)
+        hv = r.get("holm_verdict"); v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict else "")
+        ax.text(1.01, i, v + (" · earlier settings" if earlier else ""), transform=ax.get_yaxis_transform(), va="center", fontsize=6.5)
+    ax.scatter([], [], s=10, color="tab:blue", label="each seed"); ax.scatter([], [], s=28, color="tab:blue", label="ours: mean, 95% interval")
+    ax.scatter([], [], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, label="paper")
+    if (d.get("settings") == "earlier").any(): ax.scatter([], [], s=28, color="white", edgecolor="0.45", label="ours, earlier settings")
     ax.axvline(0, color="k", lw=0.6); ax.set_yticks(y, [c[len(table) + 1:] for c in d["claim"]], fontsize=7); ax.invert_yaxis()
-    ax.set_xlabel("A − B"); ax.legend(fontsize=7); ax.grid(axis="x", alpha=0.3); ax.set_title(f"{table}: claims, paper vs ours", fontsize=9)
-    fig.tight_layout(rect=(0, 0.03, 0.9, 1)); stamp_figure(fig, f"claims {table}", commit)
+    ax.set_xlabel("A − B" + (" (points)" if TABLES[table].percent else "")); ax.legend(fontsize=6.5, loc="best"); ax.grid(axis="x", alpha=0.3)
+    ax.set_title(f"{table}: claims, paper vs ours, every seed", fontsize=9)
+    fig.tight_layout(rect=(0, 0.03, 0.78, 1)); stamp_figure(fig, f"claims {table}", commit)
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
@@ -338,16 +453,74 @@ def device_text(df:pd.DataFrame) -> str:
             f"{sum(kept)} of the {len(multi)} keep their verdict on every device"
             + "".join(f"; {r.claim} ({r.verdict} over all {r.seeds} seeds): {r.by_device}" for r, k in zip(multi.itertuples(), kept) if not k) + ".")
 
-def report_markdown(df:pd.DataFrame, compute:str="") -> str:
-    "report.md: verdict counts (and `compute`, what the runs behind them cost), then per table its figure and each claim with its evidence"
+def _run_budget(run) -> tuple|None:
+    "(training examples, optimizer updates) of run folder `run` from its config.json (None for an ensemble or a run without one)"
+    f = Path(run)/"config.json"
+    if not f.is_file(): return None
+    cfg = _json(f)
+    if "members" in cfg or cfg.get("steps_per_epoch") is None: return None
+    try: ex = examples_seen({k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__})
+    except (TypeError, ValueError, KeyError): return None
+    ph = cfg.get("phases") or [{}]
+    return ex, sum((p.get("epochs") or cfg.get("epochs") or 1) * (p.get("steps_per_epoch") or cfg["steps_per_epoch"]) for p in ph)
+
+def budget_text(r, root=".") -> str:
+    "What each side of claim line `r` trained on at its first seed: examples and optimizer updates per row (a confound when they differ)"
+    def side(runs, rows):
+        first = {}
+        for p in str(runs or "").split(";"):
+            if p and (b := _run_budget(Path(root)/p)) is not None:
+                first.setdefault(Path(p).parents[0].name if Path(p).name.startswith("part") else Path(p).name, b)
+        return ", ".join(f"{ex:,} examples in {up:,} updates" for ex, up in dict.fromkeys(first.values()))
+    a, b = side(r.a_runs, r.a_rows), side(r.b_runs, r.b_rows)
+    return f"A {a}; B {b}" if a and b else ""
+
+def _short_differs(c:Claim) -> str: return ", ".join(c.differs)
+
+def summary_table(df:pd.DataFrame) -> list:
+    "The report's top: one line a claim (claim, paper, ours [interval], seeds, verdict, after Holm, agreement in size, settings, what differs)"
+    out = ["| claim | paper | ours [95% interval] | seeds | verdict | after Holm | size | settings | what differs |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in df.itertuples():
+        p = TABLES[r.table].percent
+        ours = f"{_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}]" if r.seeds else "–"
+        eq = CLAIMS[r.claim].margin is not None
+        out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {ours} | {r.seeds} | {r.verdict}{' (no-effect claim)' if eq else ''} | "
+                   f"{getattr(r, 'holm_verdict', '') or '–'} | {getattr(r, 'agreement', '') or '–'} | {getattr(r, 'settings', '') or '–'} | "
+                   f"{_short_differs(CLAIMS[r.claim]) or '–'} |")
+    return out
+
+def readings_text(df:pd.DataFrame) -> str:
+    "The report's paragraph on the readings beside the sign verdicts: Holm's counts, agreement in size, equivalence, power"
+    if "holm_verdict" not in df: return ""
+    hc, dec = df["holm_verdict"].value_counts(), df[df["verdict"].isin(["reproduced", "contradicted"])]
+    ag = dec["agreement"].value_counts(); tested = int(df["p_value"].notna().sum())
+    eq = df[df["equivalence"].fillna("").astype(bool)]
+    near = df[df["seeds_needed"].notna()].sort_values("seeds_needed").head(5)
+    return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%, two-sided paired t-tests): "
+            + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
+            + f". Of the {len(dec)} decisive sign verdicts, the paper's difference lies inside our interval in {ag.get('agrees in size', 0)}; "
+            f"our effect is smaller in {ag.get('smaller', 0)} and larger in {ag.get('larger', 0)}."
+            + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
+            + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero): "
+               + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
+
+def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
+    """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
+    claim, then per table its figure and each claim with its evidence"""
     counts = df["verdict"].value_counts()
+    earlier = int((df.get("settings", pd.Series(dtype=str)) == "earlier").sum())
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
            + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
            f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", "",
+           *([f"Settings: {earlier} of the {len(df)} claims rest on runs of the {EARLIER} (`settings` = earlier)"
+              + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
+              + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
+           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "",
            *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
-        out += [f"## {t}", "", f"![{t}](figures/{t}.png)", "", f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
+        out += [f"## {t}", "", f"![Claims of {t}: each seed's difference, our mean and interval, the paper's value](figures/{t}.png)", "",
+                f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         p = TABLES[t].percent
         for _, r in d.iterrows():
@@ -356,6 +529,15 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
+            if r.get("settings") == "earlier": out.append(f"- settings: {EARLIER}")
+            if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
+            if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
+                out.append(f"- after Holm's correction over the registry: {r.holm_verdict} (paired t-test p = {r.p_value:.3g})")
+            if r.get("equivalence"): out.append(f"- equivalence (a claim of no effect): {r.equivalence}")
+            if r.get("members"): out.append(f"- each pair of rows on its own: {r.members}")
+            if isinstance(r.get("seeds_needed"), float) and not math.isnan(r.seeds_needed):
+                out.append(f"- power: at this spread an interval would exclude zero from {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'} seeds")
+            if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
             if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                                "only its best epoch was scored)")
             elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
@@ -371,7 +553,7 @@ def report_markdown(df:pd.DataFrame, compute:str="") -> str:
                      + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
     return "\n".join(out)
 
-_PLOTTED = ("claim", "paper_diff", "ours_diff", "ci_low", "ci_high", "verdict")
+_PLOTTED = ("claim", "paper_diff", "ours_diff", "ci_low", "ci_high", "verdict", "holm_verdict", "settings", "seed_diffs")
 
 def _figure_key(path) -> str|None:
     "The key `plot_claims` wrote into a figure (None when there is no figure or no key)"
@@ -380,15 +562,21 @@ def _figure_key(path) -> str|None:
         with Image.open(path) as im: return im.text.get("Comment")
     except (OSError, ImportError): return None
 
-def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None) -> pd.DataFrame:
-    "claims.csv, report.md and figures/TABLE.png in `out` from the run folders under `results` (no training)"
-    out, df = Path(out), claims_frame(results, root, scale)
+def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None, earlier=None) -> pd.DataFrame:
+    """claims.csv (CSV_COLUMNS, then EXTRA_COLUMNS), report.md and figures/TABLE.png in `out` from the run folders under `results`
+    (and `earlier`, for claims `results` has too few seeds of: `verdicts_frame`); no training"""
+    out, df = Path(out), verdicts_frame(results, root, scale, earlier)
     out.mkdir(parents=True, exist_ok=True)
-    df[list(CSV_COLUMNS)].to_csv(out/"claims.csv", index=False)
+    df[list(CSV_COLUMNS + EXTRA_COLUMNS)].to_csv(out/"claims.csv", index=False)
     found = table_folders(results)
-    runs = [r for t in df["table"].unique() if (info := pick_folder(found.get(t, []), scale)) for r in _counted_runs(info)[0]]
-    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else ""))
+    old = {k: [dict(i, earlier=True) for i in v] for k, v in table_folders(earlier).items()} if earlier is not None and Path(earlier).is_dir() else {}
+    runs = []
+    for t, g in df.groupby("table", sort=False):
+        for src_, flag in ((found, "paper"), (old, "earlier")):
+            if (g["settings"] == flag).any() and (info := pick_folder(src_.get(t, []), scale)): runs += _counted_runs(info)[0]
+    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root))
     for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
     return df
+

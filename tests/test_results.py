@@ -1,0 +1,36 @@
+"The committed results: no machine's folders in any run file, and a size a clone can carry"
+import importlib.util, subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("portable_results", ROOT/"tools"/"portable_results.py")
+PR = importlib.util.module_from_spec(spec); spec.loader.exec_module(PR)
+LIMIT_MB = 15
+
+
+def _tracked() -> list:
+    out = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [p for p in out.split("\0") if p]
+
+
+def test_no_absolute_paths_under_results():
+    bad = [(r, p[0]) for r in PR.tracked() if (p := PR.machine_paths(r))]
+    assert not bad, f"{len(bad)} tracked files under results/ name a machine's folder, e.g. {bad[:3]}: run python tools/portable_results.py"
+
+
+def test_the_rule_finds_them():
+    "What the check looks for: absolute folders, not relative paths, URLs or the ~ and $TMPDIR forms the rewrite leaves"
+    found = lambda s: PR.ABSOLUTE.findall(s)
+    assert found('"out": "/work/main/results/x"') and found("data /tmp/gpu-results/a") and found("(/root/.cache/m)")
+    assert not found('"out": "results/ablate/x"') and not found("https://minbert-nb.github.io/x") and not found("~/.cache/m $TMPDIR/runs/x")
+    assert PR.portable("/work/main/results/ablate/002-T2-short/x", "results/ablate/002-T2-short/y") == "results/ablate/002-T2-short/x"
+    assert PR.portable("/work/runner/results/ablate/002-T2-short/x", "results/ablate-scale-rates/002-T2-short/y") == "results/ablate-scale-rates/002-T2-short/x"
+    assert (PR.portable("/work/shared/data/cs224n", "results/a"), PR.portable("/root/.cache/m", "results/a")) == ("../shared/data/cs224n", "~/.cache/m")
+
+
+def test_results_fit_in_a_clone():
+    files = [ROOT/p for p in _tracked() if (ROOT/p).is_file()]
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    assert mb < LIMIT_MB, f"tracked results/ is {mb:.1f} MB (limit {LIMIT_MB}): a run's own figures are drawn on demand (minbert_analyze RUN), not committed"
+    runs_png = [f for f in files if f.suffix == ".png" and "/rows/" in str(f)]
+    assert not runs_png, f"per-run figures are committed: {runs_png[:3]}"
