@@ -25,15 +25,23 @@ from .claims import CLAIMS
 from .verdicts import row_runs, write_report
 
 # %% auto #0
-__all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'reads', 'claim_rows', 'run_order', 'folder_seeds', 'orphaned', 'here_device',
-           'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands', 'calls_here', 'write_plan', 'worker_env',
-           'run_calls', 'table_from_runs', 'ablate_list', 'ablate_table', 'ablate_show', 'ablate_report',
-           'plan_summary', 'ablate_plan', 'ablate_reproduce', 'ablate_parser', 'legacy_command', 'parse_ablate',
-           'minbert_ablate']
+__all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
+           'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
+           'calls_here', 'write_plan', 'worker_env', 'run_calls', 'table_from_runs', 'ablate_list', 'ablate_table',
+           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'ablate_parser',
+           'legacy_command', 'parse_ablate', 'minbert_ablate']
 
 # %% ../nbs/16e_reproduce.ipynb #daa6abe5
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
 EARLIER_RESULTS = "results/ablate-scale-rates"   # runs made while the scales set every row's optimiser: read, marked, until re-run
+# The tables whose claims compare rows that differ in their papers' optimisers (LoRA, DoRA and full fine-tuning; modules
+# against fine-tuning; frozen against fine-tuned): their rows re-run first after the rows took their papers' settings
+FIRST_TABLES = ("002-T2", "000-T4", "003-T2", "000-T3")
+
+def table_priority(table_id:str) -> int:
+    "The place of `table_id`'s calls in a plan: FIRST_TABLES in their order, then the registry's"
+    ids = list(TABLES)
+    return FIRST_TABLES.index(table_id) if table_id in FIRST_TABLES else len(FIRST_TABLES) + ids.index(table_id)
 
 def reads(table, names) -> set:
     "Names of the rows of `table` whose runs the rows `names` read: themselves, an ensemble row's members, a `same_as` row's original"
@@ -165,7 +173,7 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
     that trains nothing (ensembles of finished members, which combine their dev predictions anywhere); `device`:
     the one the calls will train on (default: this machine's best)"""
     calls, todo, here = [], plan[plan["missing"].map(len) > 0], here_device(device)
-    for table, g in todo.groupby("table", sort=False):
+    for table, g in sorted(todo.groupby("table", sort=False), key=lambda tg: table_priority(tg[0])):
         for s in sorted({s for m in g["missing"] for s in m}):
             pos = {n: i for i, n in enumerate(run_order(table))}
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))

@@ -318,8 +318,8 @@ def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.Data
 
 # %% ../nbs/16d_verdicts.ipynb #a9e0c002
 EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
-EARLIER = ("earlier settings: the scale then set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
-           "batches of 32) where the row now keeps its paper's; re-run pending")
+EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
+           "batches of 32) where the row now keeps its paper's: re-run pending")
 HOLM_ALPHA = 0.05
 
 def p_value(diffs) -> float:
@@ -398,7 +398,7 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
     difference as a diamond; the verdict (and Holm's, where it differs) at the right; `key` goes into the PNG's Comment"""
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     d = df[df["table"] == table].reset_index(drop=True); y = np.arange(len(d))
-    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(d) + 1.5))
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(d) + 2.0))
     for i, r in d.iterrows():
         seeds = [float(x) for x in str(r.get("seed_diffs") or "").split(";") if x not in ("", "nan")]
         earlier = r.get("settings") == "earlier"; col = "0.45" if earlier else "tab:blue"
@@ -408,15 +408,17 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
             if not math.isnan(lo): ax.plot([lo, hi], [i, i], color=col, lw=1.6, zorder=3)
             ax.scatter([r.ours_diff], [i], s=28, color="white" if earlier else col, edgecolor=col, zorder=4)
         ax.scatter([r.paper_diff], [i], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, zorder=5)
-        hv = r.get("holm_verdict"); v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict else "")
+        hv, eq = r.get("holm_verdict"), r.get("equivalence")
+        v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict else "") + (f" · {eq.split(' (')[0]}" if isinstance(eq, str) and eq else "")
         ax.text(1.01, i, v + (" · earlier settings" if earlier else ""), transform=ax.get_yaxis_transform(), va="center", fontsize=6.5)
     ax.scatter([], [], s=10, color="tab:blue", label="each seed"); ax.scatter([], [], s=28, color="tab:blue", label="ours: mean, 95% interval")
     ax.scatter([], [], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, label="paper")
     if (d.get("settings") == "earlier").any(): ax.scatter([], [], s=28, color="white", edgecolor="0.45", label="ours, earlier settings")
     ax.axvline(0, color="k", lw=0.6); ax.set_yticks(y, [c[len(table) + 1:] for c in d["claim"]], fontsize=7); ax.invert_yaxis()
-    ax.set_xlabel("A − B" + (" (points)" if TABLES[table].percent else "")); ax.legend(fontsize=6.5, loc="best"); ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel("A − B" + (" (points)" if TABLES[table].percent else "")); ax.grid(axis="x", alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=6.5, loc="lower left", bbox_to_anchor=(0.01, 0.0), ncol=4, frameon=False)
     ax.set_title(f"{table}: claims, paper vs ours, every seed", fontsize=9)
-    fig.tight_layout(rect=(0, 0.03, 0.78, 1)); stamp_figure(fig, f"claims {table}", commit)
+    fig.tight_layout(rect=(0, 0.6 / (0.42 * len(d) + 2.0), 0.72, 1)); stamp_figure(fig, f"claims {table}", commit)
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
@@ -513,7 +515,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
            + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
            f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", "",
-           *([f"Settings: {earlier} of the {len(df)} claims rest on runs of the {EARLIER} (`settings` = earlier)"
+           *([f"Settings: {earlier} of the {len(df)} claims rest on {EARLIER} (`settings` = earlier)"
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
            *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "",
@@ -529,7 +531,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
                     f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
                     f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
                     + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
-            if r.get("settings") == "earlier": out.append(f"- settings: {EARLIER}")
+            if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
             if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
             if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
                 out.append(f"- after Holm's correction over the registry: {r.holm_verdict} (paired t-test p = {r.p_value:.3g})")

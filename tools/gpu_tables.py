@@ -173,23 +173,24 @@ def run(a):
     return summary
 
 def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -> float:
-    """What training a row costs, in plain 720-step runs: its task batches over all its runs and phases (epochs x steps a epoch,
-    240 where a config reads all its data, x the tasks of a step with the simultaneous sampler) / 720, times 3 for SMART (three
-    forwards a batch); 0 for an ensemble (it combines predictions); without its first phase where `first_phase` is False
-    (copied from another row's run: `twin_phase`). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
+    """What training a row costs, in plain runs of the scale's 23,040 examples: the examples of all its runs and phases (epochs x
+    steps an epoch x the batch, x the tasks of a step with the simultaneous sampler; a contrastive phase's own batch), times 3
+    for SMART (three forwards a batch); 0 for an ensemble (it combines predictions); without its first phase where `first_phase`
+    is False (copied from another row's run: `twin_phase`). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
     59-73 min each, rows 1-3 (1.0) 14-23 min"""
     from minbert_nb.ablate import TABLES, row_configs
     from minbert_nb.config import TrainConfig
     from minbert_nb.phases import phase_configs
     t = TABLES[table_id]; row = t.row(name)
     if row.ensemble or row.same_as: return 0.0
-    steps = 0
+    examples = 0
     for cfg in row_configs(t, row, scale):
         c = TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"})
         for p in ([pc for _, pc in phase_configs(c)][0 if first_phase else 1:] if c.phases else [c]):
             per = len(p.tasks) if p.sampler == "simultaneous" else 1         # a simultaneous step: a batch of every task
-            steps += (p.epochs or 1) * (p.steps_per_epoch or 240) * per * (3 if p.smart_weight else 1)
-    return round(steps / 720, 2)
+            batch = p.contrastive_batch if p.contrastive_only else p.batch_size
+            examples += (p.epochs or 1) * (p.steps_per_epoch or 240) * batch * per * (3 if p.smart_weight else 1)
+    return round(examples / 23_040, 2)
 
 def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
     """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
