@@ -43,7 +43,7 @@ def portable(s:str, here:str) -> str:
 
 def _text(t:str, here:str) -> str:
     t = ABSOLUTE.sub(lambda m: portable(m.group(0), here), t)
-    if here.startswith(MOVED):   # relative paths recorded before the move: results/ablate/T-SCALE/... is now beside it
+    if here.startswith(MOVED) and not here.endswith("README.md"):   # run files' paths recorded before the move: now beside it
         t = re.sub(r"(?<![\w/-])results/ablate/(?!learning-curve)", MOVED, t)
     return t
 
