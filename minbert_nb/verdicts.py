@@ -24,9 +24,9 @@ from .claims import Claim, CLAIMS, differs_text
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'EXTRA_COLUMNS', 'EARLIER', 'HOLM_ALPHA', 'paired_ci', 'verdict',
            'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
            'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
-           'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings', 'verdicts_frame',
-           'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text', 'summary_table',
-           'readings_text', 'report_markdown', 'write_report']
+           'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
+           'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text',
+           'summary_table', 'readings_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -379,14 +379,18 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
     return df
 
+def earlier_folders(earlier) -> dict:
+    "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
+    if earlier is None or not Path(earlier).is_dir(): return {}
+    return {k: [dict(i, earlier=True) for i in v] for k, v in table_folders(earlier).items()}
+
 def verdicts_frame(results, root=".", scale:str|None=None, earlier=None, claims=None) -> pd.DataFrame:
     """Every claim's line (`claims_frame`) with the readings of `with_readings`; a claim with fewer than MIN_SEEDS seeds under
     `results` is read from the folder `earlier` (runs made before a fix of the registry, as they ran) where it has more there,
     marked `settings = earlier`"""
     claims = claims or CLAIMS
     df = claims_frame(results, root, scale, claims)
-    if earlier is not None and Path(earlier).is_dir():
-        found = {k: [dict(i, earlier=True) for i in v] for k, v in table_folders(earlier).items()}
+    if found := earlier_folders(earlier):
         for i in df.index[df["seeds"] < MIN_SEEDS]:
             old = judge(claims[df.at[i, "claim"]], found, root, scale)
             if old["seeds"] > df.at[i, "seeds"]: df.loc[i, list(old)] = pd.Series(old)
@@ -571,7 +575,7 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
     out.mkdir(parents=True, exist_ok=True)
     df[list(CSV_COLUMNS + EXTRA_COLUMNS)].to_csv(out/"claims.csv", index=False)
     found = table_folders(results)
-    old = {k: [dict(i, earlier=True) for i in v] for k, v in table_folders(earlier).items()} if earlier is not None and Path(earlier).is_dir() else {}
+    old = earlier_folders(earlier)
     runs = []
     for t, g in df.groupby("table", sort=False):
         for src_, flag in ((found, "paper"), (old, "earlier")):
