@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 from tqdm.auto import tqdm
 from .core import set_seed, default_device, code_version
-from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz
+from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, TASK_METRIC
+from .run_data import run_files
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
@@ -71,9 +72,11 @@ def row_blocker(row:Row, cfgs:list) -> str|None:
             try: resolve_checkpoint(b)
             except CheckpointError as e: return f"backbone {b!r} is not available here ({str(e).splitlines()[1].strip(' -')})"
         try:
-            tasks = set(TrainConfig(**c).tasks) | set(row.eval_tasks)
+            cfg = TrainConfig(**c)
+            tasks = set(cfg.tasks) | set(row.eval_tasks)
             ensure_data(c.get("data_dir"), tuple(sorted(tasks)), ("train", "dev"), download=False)
-            if c.get("sick") and not (find_data_dir(c.get("data_dir"))/"extra"/"sick2014").is_dir(): return "SICK 2014 (extra/sick2014) is not in the data folder"
+            lack = [p for p in run_files(cfg) if p is not None and not Path(p).is_file()]   # extra data a row trains on (SICK, a second Quora file)
+            if lack: return f"data: {lack[0]} is not in the data folder"
         except (DataError, FileNotFoundError) as e: return f"data: {str(e).splitlines()[0]}"
     return None
 
@@ -102,14 +105,14 @@ def _files_under(m:dict, folder:Path) -> bool:
     files = [f for v in (m.get("train_files") or {}).values() for f in (v if isinstance(v, list) else [v]) if isinstance(f, str)]
     return bool(files) and all(Path(f).resolve().is_relative_to(folder) for f in files)
 
-_SCORED = (("sst", "sst_acc"), ("para", "para_acc"), ("sts", "sts_corr"), ("cfimdb", "cfimdb_acc"))
+_SCORED = TASK_METRIC   # each task and its score key (declared tasks too)
 
 def has_dev_predictions(run) -> bool:
     """Whether run folder `run` still holds the dev prediction files (outputs and raw) of every task it scored: an ensemble
     reads them, and they are not committed, so they do not outlive the machine the run trained on"""
     run = Path(run)
     m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
-    tasks = [t for t, k in _SCORED if k in m]
+    tasks = [t for t, k in _SCORED.items() if k in m]
     return bool(tasks) and all(plain_or_gz(f(run, t, "dev")).is_file() for t in tasks for f in (prediction_path, raw_path))
 
 def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:

@@ -6,20 +6,21 @@ Docs: https://minbert-nb.github.io/minbert_nb/analysis.html.md"""
 
 # %% ../nbs/15b_analysis.ipynb #676d24d9
 from __future__ import annotations
-import json, sys, warnings
+import json, sys, textwrap, warnings
 from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
 from .core import stamp_figure, cli
-from .data import DataError, load_split, find_data_dir, plain_or_gz
+from .data import DataError, load_split, find_data_dir, plain_or_gz, get_task, _BUILT_IN
+from .task_files import declare_tasks
 from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson
 from .pretrained import load_tokenizer
 
 # %% auto #0
-__all__ = ['SST_NAMES', 'CLASS_NAMES', 'DEFAULT_SENTENCE', 'run_stamp', 'save_figure', 'attention_maps', 'plot_attention',
-           'dev_frame', 'confusion', 'plot_confusion', 'plot_sts', 'plot_curves', 'plot_conflicts', 'frontier',
-           'pareto', 'plot_frontier', 'analyze_run', 'minbert_analyze']
+__all__ = ['DEFAULT_SENTENCE', 'run_stamp', 'save_figure', 'attention_maps', 'plot_attention', 'dev_frame', 'confusion',
+           'class_names', 'plot_confusion', 'plot_sts', 'plot_curves', 'plot_conflicts', 'frontier', 'pareto',
+           'plot_frontier', 'analyze_run', 'minbert_analyze']
 
 # %% ../nbs/15b_analysis.ipynb #f7989910
 def run_stamp(run_dir) -> tuple:
@@ -88,13 +89,14 @@ def confusion(pred, gold, n:int) -> np.ndarray:
     np.add.at(m, (np.asarray(gold, int), np.asarray(pred, int)), 1)
     return m
 
-SST_NAMES = ["very neg.", "neg.", "neutral", "pos.", "very pos."]
-CLASS_NAMES = {"sst": SST_NAMES, "cfimdb": ["neg.", "pos."], "para": ["not dup.", "duplicate"]}
+def class_names(task) -> list:
+    "`task`'s class names for a figure's ticks (its spec's, wrapped at 10 characters)"
+    return ["\n".join(textwrap.wrap(c, 10)) for c in get_task(task).classes]
 
 def plot_confusion(df:pd.DataFrame, task:str) -> "plt.Figure":
     "Row-normalised confusion matrix (with counts) and the gold vs predicted class distributions"
     import matplotlib.pyplot as plt, seaborn as sns
-    names = CLASS_NAMES[task]; n = len(names)
+    names = class_names(task); n = len(names)
     m = confusion(df["pred"], df["label"], n); norm = m / np.maximum(m.sum(1, keepdims=True), 1)
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8), gridspec_kw=dict(width_ratios=[1.1, 1]))
     sns.heatmap(norm, annot=np.array([[f"{norm[i, j]:.2f}\n({m[i, j]})" for j in range(n)] for i in range(n)]), fmt="", cmap="Blues",
@@ -107,8 +109,9 @@ def plot_confusion(df:pd.DataFrame, task:str) -> "plt.Figure":
     return fig
 
 # %% ../nbs/15b_analysis.ipynb #406a6b82
-def plot_sts(df:pd.DataFrame) -> "plt.Figure":
-    "STS dev predictions vs gold scores: points, density contours, the diagonal, Pearson r"
+def plot_sts(df:pd.DataFrame, task:str|None=None) -> "plt.Figure":
+    "A score task's dev predictions vs gold scores (None: the first score task, STS): points, density contours, the diagonal, Pearson r"
+    spec = get_task(task or next(t for t in TASK_METRIC if get_task(t).target == "score")); lo, hi = spec.low, spec.high; pad = (hi - lo) * 0.04
     import matplotlib.pyplot as plt, seaborn as sns
     fig, ax = plt.subplots(figsize=(4.8, 4.4))
     ax.scatter(df["label"], df["pred"], s=6, alpha=0.35, color="tab:blue", lw=0)
@@ -116,9 +119,9 @@ def plot_sts(df:pd.DataFrame) -> "plt.Figure":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sns.kdeplot(x=df["label"], y=df["pred"], levels=6, color="tab:orange", linewidths=0.8, ax=ax)
-    ax.plot([0, 5], [0, 5], ls="--", color="0.5", lw=0.8)
-    ax.set_xlim(-0.2, 5.2); ax.set_ylim(-0.2, 5.2); ax.set_xlabel("gold similarity"); ax.set_ylabel("predicted similarity")
-    ax.set_title(f"STS dev: r = {pearson(df['pred'], df['label']):.3f} (n={len(df)})", fontsize=9)
+    ax.plot([lo, hi], [lo, hi], ls="--", color="0.5", lw=0.8)
+    ax.set_xlim(lo - pad, hi + pad); ax.set_ylim(lo - pad, hi + pad); ax.set_xlabel("gold score"); ax.set_ylabel("predicted score")
+    ax.set_title(f"{spec.name.upper() if spec.name in _BUILT_IN else spec.name} dev: r = {pearson(df['pred'], df['label']):.3f} (n={len(df)})", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -223,12 +226,14 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
     written, skipped = [], {}
     if (run/"history.csv").is_file(): written.append(save_figure(plot_curves(pd.read_csv(run/"history.csv")), run, "curves"))
     else: skipped["curves"] = "no history.csv"
-    for t in ("sst", "cfimdb", "para", "sts"):
-        name = "sts_scatter" if t == "sts" else f"confusion_{t}"
+    declare_tasks(cfg.get("task_specs"), f"{run/'config.json'}: task_specs")   # the run's own tasks, if it declared any
+    for t in [t for t in TASK_METRIC if t in (cfg.get("model_tasks") or cfg.get("tasks") or TASK_METRIC)]:   # the run's tasks
+        score = get_task(t).target == "score"
+        name = f"{t}_scatter" if score else f"confusion_{t}"
         if not plain_or_gz(prediction_path(run, t, "dev")).is_file(): skipped[name] = f"no {prediction_path(run, t, 'dev').name}"; continue
         try: df = dev_frame(run, t, data_dir)
         except (DataError, FileNotFoundError, ValueError) as e: skipped[name] = f"dev labels: {str(e).splitlines()[0]}"; continue
-        written.append(save_figure(plot_sts(df) if t == "sts" else plot_confusion(df, t), run, name))
+        written.append(save_figure(plot_sts(df, t) if score else plot_confusion(df, t), run, name))
     if (run/"grad_conflicts.csv").is_file(): written.append(save_figure(plot_conflicts(pd.read_csv(run/"grad_conflicts.csv")), run, "grad_conflicts_curves"))
     else: skipped["grad_conflicts_curves"] = "no grad_conflicts.csv (train with --grad_conflicts)"
     m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}

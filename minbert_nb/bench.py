@@ -15,11 +15,12 @@ from .bert import *
 from .attention import configure_sdpa
 from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers
 from .optimizer import AdamW
-from .data import load_split
+from .data import load_split, get_task, CS224N_TASKS
+BENCH_TASK = CS224N_TASKS[0]   # SST: the benchmarks' real sentences, and the head of the PEFT step benchmark
 
 # %% auto #0
-__all__ = ['FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'time_interleaved', 'bench_sentences', 'load_pair', 'forward_fn', 'bench_loss',
-           'train_step_fn', 'step_peak_mb', 'state_mb', 'bench_adamw', 'bench_models', 'format_table',
+__all__ = ['BENCH_TASK', 'FALLBACK_SENTENCES', 'GPU_PEAK_BF16', 'time_interleaved', 'bench_sentences', 'load_pair', 'forward_fn',
+           'bench_loss', 'train_step_fn', 'step_peak_mb', 'state_mb', 'bench_adamw', 'bench_models', 'format_table',
            'nonembedding_params', 'model_flops_per_token', 'gpu_peak_bf16_flops', 'bench_mfu', 'bench_epoch',
            'bench_peft', 'format_peft', 'bench_dtypes', 'format_dtypes', 'minbert_bench']
 
@@ -63,7 +64,7 @@ FALLBACK_SENTENCES = [
 def bench_sentences(n:int, data_dir=None, seed:int=0) -> tuple:
     "`n` real sentences and where they came from: a fixed random sample of SST train, else `FALLBACK_SENTENCES`"
     try:
-        df = load_split("sst", "train", data_dir)
+        df = load_split(BENCH_TASK, "train", data_dir)
         return df.sentence1.sample(n, random_state=seed, replace=len(df) < n).tolist(), f"SST train (random sample, seed {seed})"
     except (FileNotFoundError, ValueError):
         reps = math.ceil(n / len(FALLBACK_SENTENCES))
@@ -349,12 +350,12 @@ def bench_peft(methods=("none", "pal", "prefix", "adapter", "lora", "dora"), mod
     device = default_device(device)
     sentences, src = bench_sentences(batch_size, data_dir)
     enc = tokenize(load_tokenizer(), sentences, max_length=max_length, device=device)
-    batch = dict(task="sst", a=enc, labels=torch.arange(batch_size, device=device) % 5)
+    batch = dict(task=BENCH_TASK, a=enc, labels=torch.arange(batch_size, device=device) % get_task(BENCH_TASK).num_labels)
     fns, r = {}, dict(sentences=src, batch_size=batch_size, seq_len=int(enc["input_ids"].shape[1]), **_env(device, "fp32", warmup, reps))
     for m in methods:
         for mode in modes:
             set_seed(0)
-            model = MultitaskBert(ModelConfig(tasks=("sst",), pooling="mean", peft=m, mode=mode, **sizes),
+            model = MultitaskBert(ModelConfig(tasks=(BENCH_TASK,), pooling="mean", peft=m, mode=mode, **sizes),
                                   bert=BertModel(config) if config is not None else None).to(device).train()
             opt = AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-5)
             def step(model=model, opt=opt):

@@ -16,7 +16,7 @@ from .checkpoint import TrainingInterrupted, write_json
 from .config import TrainConfig, parse_train_args
 from .peft import format_params
 from .multitask import MultitaskBert
-from .train import dist_env, load_run, score_dev, predict, amp_dtype
+from .train import dist_env, load_run, score_dev, predict, predict_file, amp_dtype
 from .phases import run_training
 from .folders import expand, OutputFolder, check_new_folder
 
@@ -87,9 +87,20 @@ def minbert_eval(run_dir:str,      # a minbert_train run folder
 def minbert_predict(run_dir:str,          # a minbert_train run folder
                     data_dir:str=None,    # data folder (default: the run's)
                     device:str=None,      # cpu | cuda | mps (default: the best available)
-                    splits:str="dev,test"): # comma-separated splits
-    "Write the CS224N prediction files of a saved minbert_train run (RUN_DIR/predictions)"
+                    splits:str="dev,test", # comma-separated splits
+                    task:str=None,        # with --file: the task to predict
+                    file:str=None):       # any file of `task` (CSV, TSV or JSON Lines with its columns): predicted instead of the splits
+    "Write the CS224N prediction files of a saved minbert_train run (RUN_DIR/predictions), or the predictions of any file of one task"
     run_dir, want = expand(run_dir), tuple(s.strip() for s in splits.split(",") if s.strip())
+    if (task is None) != (file is None): sys.exit("minbert_predict: --task and --file go together: the task whose head predicts the file's rows.")
+    if file is not None:
+        try:
+            model, cfg = load_run(run_dir, device)
+            dev = next(model.parameters()).device
+            out = predict_file(model, cfg, load_tokenizer(cfg.backbone), run_dir, dev, task, expand(file), amp_dtype(cfg, dev))
+        except (DataError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
+        for k, v in out.items(): print(f"{k}: {v}")
+        return
     if not want or (bad := [s for s in want if s not in ("dev", "test")]):
         sys.exit(f"minbert_predict: --splits {splits!r}: expected dev, test or dev,test (CS224N's prediction files).")
     try:

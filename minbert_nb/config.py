@@ -12,7 +12,8 @@ from pathlib import Path
 from .core import arg_parser, add_arg, BertConfig
 from .pretrained import is_embedded, embedded_backbone_path, KNOWN_CONFIGS, CheckpointError
 from .optimizer import SCHEDULES
-from .multitask import ModelConfig, TASK_OUTPUTS, MODEL_RANGES, PEFT_RANGES, Range, COUNT, check_ranges
+from .data import TASKS, CS224N_TASKS, get_task
+from .multitask import ModelConfig, MODEL_RANGES, PEFT_RANGES, Range, COUNT, check_ranges
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig
 
 # %% auto #0
@@ -21,7 +22,7 @@ __all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'TRAIN_RANGES', 'FIELD_RANGE
            'config_from_args', 'parse_train_args']
 
 # %% ../nbs/08c_config.ipynb #2b554852
-CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from
+CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from (and any pair task with `positive_at`)
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
 
 def parse_tasks(v) -> tuple:
@@ -178,8 +179,9 @@ class TrainConfig(ModelConfig):
             raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")
         if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
             raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
-        bad = set(self.contrastive_sources.split(",")) - set(CONTRASTIVE_SOURCES)
-        if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(CONTRASTIVE_SOURCES)}.")
+        known = dict.fromkeys([*CONTRASTIVE_SOURCES, *(t.name for t in TASKS.values() if t.is_pair and t.positive_at is not None)])
+        bad = set(self.contrastive_sources.split(",")) - set(known)
+        if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(known)}.")
         if self.model_tasks is not None: self.model_tasks = parse_tasks(self.model_tasks)
         if self.distill_weight and not self.distill_from:
             raise ValueError(f"distill_weight={self.distill_weight} needs teachers: give --distill_from RUN_DIR (a finished run with best.pt; "
@@ -200,13 +202,13 @@ class TrainConfig(ModelConfig):
                              f"({', '.join(self.tasks)}), so there is nothing to project; drop --pcgrad, or train two tasks or more (--tasks).")
         for name in ("upweight", "task_weights"):   # a key that names no task would be ignored
             for t, w in (getattr(self, name) or {}).items():
-                if t not in TASK_OUTPUTS:
-                    raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASK_OUTPUTS)}.")
+                if t not in TASKS:
+                    raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASKS)}.")
                 if w not in _WEIGHT: raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t}: expected a number >= 0 (a weight).")
 
     def _expand_home(self):
         "A leading `~` in the paths (out, data_dir, a backbone folder, distill_from's entries, a phases file, extra_train's paths) is the home folder"
-        self.out, self.data_dir, self.backbone = _home(self.out), _home(self.data_dir), _home(self.backbone)
+        self.out, self.data_dir, self.backbone, self.task_file = _home(self.out), _home(self.data_dir), _home(self.backbone), _home(self.task_file)
         if isinstance(self.phases, str): self.phases = _home(self.phases)   # a file; a JSON list starts with [
         if self.distill_from and any(s.strip().startswith("~") for s in self.distill_from.split(",")):
             self.distill_from = ",".join(_home(s.strip()) for s in self.distill_from.split(","))
@@ -237,7 +239,7 @@ class TrainConfig(ModelConfig):
         kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
         return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
                               upweight=self.upweight if kind in SAMPLED_KINDS else None,
-                              anchor=self.tasks[0] if "sst" not in self.tasks else "sst")
+                              anchor=CS224N_TASKS[0] if CS224N_TASKS[0] in self.tasks else self.tasks[0])
 
 # Fields added after runs were saved, with the value those runs had: a run folder written before a field existed still builds
 # the model it trained (adapters with shared LayerNorms; PAL attention with the backbone's head count)

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/data.html.md"""
 
 # %% ../nbs/04_data.ipynb #2272318a
 from __future__ import annotations
-import csv, gzip, io, math, os, re, warnings
+import csv, gzip, io, json, math, os, re, warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,26 +14,80 @@ import numpy as np
 import pandas as pd
 
 # %% auto #0
-__all__ = ['TASKS', 'TASK_METRIC', 'SCORE_KEYS', 'OVERALL_KEYS', 'SPLITS', 'SICK_COLUMNS', 'TaskSpec', 'get_task', 'DataError',
-           'find_data_dir', 'sample_data_dir', 'has_full_data', 'data_or_sample', 'read_task_file', 'file_name',
-           'task_files', 'data_files', 'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick',
-           'plain_or_gz', 'read_bytes']
+__all__ = ['TARGETS', 'TARGET_HEADS', 'TARGET_LOSSES', 'TARGET_METRICS', 'FILE_SPLITS', 'SST_CLASSES', 'TASKS', 'CS224N_TASKS',
+           'TASK_METRIC', 'SCORE_KEYS', 'OVERALL_KEYS', 'MEAN_KEY', 'SPLITS', 'SICK_COLUMNS', 'TaskSpec', 'get_task',
+           'register_task', 'unregister_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data',
+           'data_or_sample', 'read_task_file', 'file_name', 'spec_file', 'task_files', 'data_files', 'load_split',
+           'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick', 'plain_or_gz', 'read_bytes']
 
 # %% ../nbs/04_data.ipynb #3648376d
+TARGETS = ("class", "binary", "score")   # k classes (softmax), two classes (one logit), or a number in a range
+TARGET_HEADS = {"class": ("softmax",), "binary": ("logit",), "score": ("regression", "cosine")}   # first: the default
+TARGET_LOSSES = {"class": ("cross_entropy",), "binary": ("bce",), "score": ("mse",)}
+TARGET_METRICS = {"class": ("acc", "f1"), "binary": ("acc", "f1"), "score": ("corr", "spearman")}   # first: the default primary
+FILE_SPLITS = ("train", "dev", "test")
+
 @dataclass(frozen=True)
 class TaskSpec:
-    "What a task's data looks like: one sentence or a pair, and the type and valid range of its label"
-    name: str                 # short name used everywhere: 'sst', 'para', 'sts', 'cfimdb'
-    kind: str                 # 'single' (one sentence) or 'pair' (sentence1, sentence2)
-    label_dtype: str          # 'int' (a class index) or 'float' (a score)
-    low: float                # smallest valid label
-    high: float               # largest valid label
-    num_labels: int           # outputs of the task's head: one per class, or 1 (a logit or a score)
-    label_col: str = "label"  # name of the label column in the CS224N file
+    """A task: its input (one sentence or a pair), its target (classes or a score), where its files are, how it is scored,
+    and the head and loss that fit it. The CS224N tasks are specs like any other (`TASKS`); `register_task` adds one"""
+    name: str                      # short name used everywhere, also in metric keys: `{name}_{metric}`
+    kind: str = "single"           # 'single' (one sentence) or 'pair' (sentence1, sentence2)
+    target: str = "class"          # 'class' (softmax over k classes), 'binary' (two classes, one logit), 'score' (a number)
+    classes: tuple|int|None = None # class names in label order (class, binary), or their number (names '0'..'k-1')
+    score_range: tuple = (0.0, 1.0)  # score: the smallest and largest valid label
+    metrics: tuple = ()            # metric names, the first the primary: acc, f1 (classes); corr, spearman (scores)
+    head: str|None = None          # softmax | logit | regression | cosine; None: the target's default (score pairs: the model's `sts_head`)
+    loss: str|None = None          # cross_entropy | bce | mse; None: the target's
+    pair_mode: str|None = None     # pairs: 'bi' or 'cross'; None: the model config's `pair_mode`
+    files: dict|None = None        # {split: path} (train, dev, test); relative paths start at `root`; None: the CS224N files
+    columns: dict|None = None      # ours (id, sentence1, sentence2, label) -> the file's column names
+    sep: str|None = None           # CSV/TSV delimiter; None: from the file name (.tsv/.txt: tab, .csv: comma; .jsonl: JSON Lines)
+    root: str|None = None          # where relative `files` start: None = the data folder (`find_data_dir`)
+    label_col: str = "label"       # CS224N files: the label column's name
+    prior_shift: bool = False      # binary: correct the logit for a class prior that differs between training and use (Quora)
+    positive_at: float|None = None # pairs: the label from which a pair is a positive (MNRL, contrastive pairs)
+    pred_header: str|None = None   # prediction files' column header (CS224N's for its tasks)
+    source: str|None = None        # the task file that declared it (for messages)
 
     def __post_init__(self):
-        if self.kind not in ("single", "pair"): raise ValueError(f"TaskSpec {self.name!r}: kind={self.kind!r}, expected 'single' or 'pair'.")
-        if self.label_dtype not in ("int", "float"): raise ValueError(f"TaskSpec {self.name!r}: label_dtype={self.label_dtype!r}, expected 'int' or 'float'.")
+        where = f"task {self.name!r}" + (f" ({self.source})" if self.source else "")
+        def bad(field, got, expected): raise ValueError(f"{where}: {field}={got!r}; expected {expected}.")
+        if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            bad("name", self.name, "lower-case letters, digits and _ (it becomes part of file names and metric keys)")
+        if self.kind not in ("single", "pair"): bad("kind", self.kind, "'single' or 'pair'")
+        if self.target not in TARGETS: bad("target", self.target, f"one of {', '.join(TARGETS)}")
+        classes = self.classes
+        if self.target == "score":
+            if classes is not None: bad("classes", classes, "none for a score target (give score_range)")
+            lo, hi = (tuple(self.score_range) + (None, None))[:2]
+            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)) or not lo < hi or len(self.score_range) != 2:
+                bad("score_range", self.score_range, "two numbers [low, high] with low < high")
+            object.__setattr__(self, "score_range", (float(lo), float(hi)))
+        else:
+            if isinstance(classes, int) and not isinstance(classes, bool): classes = tuple(str(i) for i in range(classes))
+            if classes is None or isinstance(classes, str) or len(classes) < 2 or len(set(map(str, classes))) != len(classes):
+                bad("classes", self.classes, "a list of at least two distinct class names (or their number)")
+            if self.target == "binary" and len(classes) != 2: bad("classes", self.classes, "exactly two classes for a binary target")
+            object.__setattr__(self, "classes", tuple(str(c) for c in classes))
+        m = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics or TARGET_METRICS[self.target][:1])
+        if bad_m := [x for x in m if x not in TARGET_METRICS[self.target]]: bad("metrics", list(m), f"some of {list(TARGET_METRICS[self.target])} for a {self.target} target")
+        object.__setattr__(self, "metrics", m)
+        if self.head is not None:
+            if self.head not in TARGET_HEADS[self.target]: bad("head", self.head, f"one of {list(TARGET_HEADS[self.target])} for a {self.target} target")
+            if self.head == "cosine" and self.kind != "pair": bad("head", self.head, "a pair task: the cosine compares two sentence vectors")
+        if self.loss is not None and self.loss not in TARGET_LOSSES[self.target]: bad("loss", self.loss, f"one of {list(TARGET_LOSSES[self.target])} for a {self.target} target")
+        if self.pair_mode is not None and (self.kind != "pair" or self.pair_mode not in ("bi", "cross")):
+            bad("pair_mode", self.pair_mode, "'bi' or 'cross', on a pair task")
+        if self.prior_shift and self.target != "binary": bad("prior_shift", True, "a binary target (it shifts the one logit)")
+        if self.files is not None:
+            if unknown := [s for s in self.files if s not in FILE_SPLITS]: bad("files", unknown[0], f"splits among {list(FILE_SPLITS)}")
+            if "train" not in self.files and "dev" not in self.files: bad("files", dict(self.files), "at least a train or a dev file")
+            object.__setattr__(self, "files", {s: str(p) for s, p in self.files.items()})
+        cols = dict(self.columns or {})
+        allowed = ["id", *self.text_cols, "label"]
+        if unknown := [k for k in cols if k not in allowed]: bad("columns", unknown[0], f"keys among {allowed} (ours -> the file's)")
+        object.__setattr__(self, "columns", {c: cols.get(c, c) for c in allowed if c != "id" or c in cols} if self.files is not None else (cols or None))
 
     @property
     def is_pair(self) -> bool: return self.kind == "pair"
@@ -42,25 +96,88 @@ class TaskSpec:
     @property
     def file_text_cols(self) -> list: return ["sentence1", "sentence2"] if self.is_pair else ["sentence"]
     @property
+    def label_dtype(self) -> str: return "float" if self.target == "score" else "int"
+    @property
+    def low(self) -> float: return self.score_range[0] if self.target == "score" else 0
+    @property
+    def high(self) -> float: return self.score_range[1] if self.target == "score" else len(self.classes) - 1
+    @property
+    def num_labels(self) -> int: return len(self.classes) if self.target == "class" else 1
+    @property
+    def metric(self) -> str: return self.metrics[0]
+    @property
+    def metric_key(self) -> str: return f"{self.name}_{self.metric}"
+    @property
+    def metric_keys(self) -> list: return [f"{self.name}_{m}" for m in self.metrics]
+    @property
+    def loss_name(self) -> str: return self.loss or TARGET_LOSSES[self.target][0]
+    def head_of(self, score_head:str="features") -> str:
+        "The head: the spec's, else the target's default; a pair score takes the model config's `sts_head` (`features` = regression)"
+        if self.head is not None: return self.head
+        if self.target == "score" and self.is_pair: return "cosine" if score_head == "cosine" else "regression"
+        return TARGET_HEADS[self.target][0]
+    @property
     def label_desc(self) -> str:
         if self.label_dtype == "float": return f"a number from {self.low:g} to {self.high:g}"
+        if self.classes != tuple(str(i) for i in range(len(self.classes))):
+            return f"one of the classes {', '.join(self.classes)} (or its index 0..{len(self.classes) - 1})"
         return f"a whole number from {self.low:g} to {self.high:g} (written like 3 or 3.0)"
+    def as_dict(self) -> dict:
+        "The fields that differ from the defaults: what a task file or a saved run's config holds"
+        from dataclasses import fields
+        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default and f.name != "source"}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
+SST_CLASSES = ("very negative", "negative", "neutral", "positive", "very positive")
 TASKS = {t.name: t for t in [
-    TaskSpec("sst",    "single", "int",   0, 4, 5, "sentiment"),     # SST-5: very negative .. very positive
-    TaskSpec("para",   "pair",   "int",   0, 1, 1, "is_duplicate"),  # Quora question pairs: one logit
-    TaskSpec("sts",    "pair",   "float", 0, 5, 1, "similarity"),    # STS benchmark: a score in [0, 5]
-    TaskSpec("cfimdb", "single", "int",   0, 1, 2, "sentiment"),     # CFIMDB movie reviews: negative/positive
+    TaskSpec("sst", "single", "class", SST_CLASSES, label_col="sentiment", pred_header="Predicted_Sentiment"),      # SST-5
+    TaskSpec("para", "pair", "binary", ("not duplicate", "duplicate"), label_col="is_duplicate", prior_shift=True,   # Quora: one logit
+             positive_at=1, pred_header="Predicted_Is_Paraphrase"),
+    TaskSpec("sts", "pair", "score", score_range=(0, 5), metrics=("corr",), label_col="similarity", positive_at=4,    # STS-B: 0..5
+             pred_header="Predicted_Similiarity"),
+    TaskSpec("cfimdb", "single", "class", ("negative", "positive"), label_col="sentiment", pred_header="Predicted_Sentiment"),
+    TaskSpec("sick", "pair", "score", score_range=(1, 5), metrics=("corr",), positive_at=4, sep="\t",                 # SICK 2014 relatedness
+             files=dict(train="extra/sick2014/SICK_train.txt", dev="extra/sick2014/SICK_trial.txt", test="extra/sick2014/SICK_test_annotated.txt"),
+             columns=dict(id="pair_ID", sentence1="sentence_A", sentence2="sentence_B", label="relatedness_score")),
 ]}
-TASK_METRIC = {"sst": "sst_acc", "cfimdb": "cfimdb_acc", "para": "para_acc", "sts": "sts_corr"}   # each task's metric key (08f_evaluate)
-SCORE_KEYS = (*TASK_METRIC.values(), "overall")   # the scores a run reports, in the order tables and figures show them
-OVERALL_KEYS = ("sst_acc", "para_acc", "sts_corr")  # the three scores CS224N's overall averages (`08f_evaluate.overall_score`)
+CS224N_TASKS = ("sst", "para", "sts")    # the three tasks of CS224N's multitask project, whose scores its overall averages
+TASK_METRIC = {t: TASKS[t].metric_key for t in ("sst", "cfimdb", "para", "sts")}   # each task's primary metric key; grows with `register_task`
+TASK_METRIC["sick"] = TASKS["sick"].metric_key
+SCORE_KEYS = [*TASK_METRIC.values(), "overall", "mean_primary"]   # the scores a run reports, in the order tables and figures show them
+OVERALL_KEYS = tuple(TASK_METRIC[t] for t in CS224N_TASKS)  # the three scores CS224N's overall averages (`08f_evaluate.overall_score`)
+_BUILT_IN = tuple(TASKS)
+MEAN_KEY = "mean_primary"               # a run with other tasks: the mean of each task's primary metric
 
 def get_task(task) -> TaskSpec:
     "The `TaskSpec` of `task` (a name or a `TaskSpec`)"
     if isinstance(task, TaskSpec): return task
     if task in TASKS: return TASKS[task]
-    raise ValueError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}.")
+    raise ValueError(f"unknown task {task!r}: expected one of {', '.join(TASKS)}, or declare it (a task file: --task_file, "
+                     "or register_task(TaskSpec(...)) in Python).")
+
+def register_task(spec:TaskSpec, replace:bool=False) -> TaskSpec:
+    "Add `spec` to the tasks every part of the library knows; the same spec again is a no-op, another one of that name an error"
+    old = TASKS.get(spec.name)
+    if old is not None and old != spec and not replace:
+        fields_ = [k for k in spec.__dataclass_fields__ if k != "source" and getattr(old, k) != getattr(spec, k)]
+        raise ValueError(f"task {spec.name!r}" + (f" ({spec.source})" if spec.source else "") + f": a task of that name is already "
+                         f"declared" + (f" ({old.source})" if old.source else " (a built-in task)") + f" and differs in {', '.join(fields_)}; "
+                         "give it another name.")
+    TASKS[spec.name] = spec
+    TASK_METRIC[spec.name] = spec.metric_key
+    for k in spec.metric_keys:
+        if k not in SCORE_KEYS: SCORE_KEYS.insert(SCORE_KEYS.index("overall"), k)
+    return spec
+
+def unregister_task(name:str):
+    "Forget a task `register_task` added (the built-in ones stay)"
+    if name in _BUILT_IN: raise ValueError(f"task {name!r} is built in; only declared tasks can be forgotten.")
+    spec = TASKS.pop(name, None)
+    if spec is not None:
+        TASK_METRIC.pop(name, None)
+        for k in spec.metric_keys:
+            if k in SCORE_KEYS: SCORE_KEYS.remove(k)
+
 
 # %% ../nbs/04_data.ipynb #09fc61be
 class DataError(ValueError):
@@ -163,9 +280,12 @@ class _BadRow(Exception):
     def __init__(self, reason, expected=None, fix=None): self.reason, self.expected, self.fix = reason, expected, fix
 
 def _parse_label(raw:str, spec:TaskSpec, transform:Callable|None=None):
-    "Parse and range-check the label text `raw`; raises `_BadRow`"
+    "Parse and range-check the label text `raw` (a number, or for classes a class name); raises `_BadRow`"
+    if spec.classes is not None and raw in spec.classes: return spec.classes.index(raw)
     try: v = float(raw)
-    except ValueError: raise _BadRow(f"label {raw!r} is not a number", spec.label_desc) from None
+    except ValueError:
+        named = spec.classes is not None and spec.classes != tuple(str(i) for i in range(len(spec.classes)))
+        raise _BadRow(f"label {raw!r} is not " + ("one of the classes of task " + spec.name if named else "a number"), spec.label_desc) from None
     if not math.isfinite(v): raise _BadRow(f"label {raw!r} is not a finite number", spec.label_desc)
     shown = repr(raw)
     if transform is not None: v = float(transform(v)); shown = f"{raw!r} (mapped to {v:g})"
@@ -259,7 +379,7 @@ def read_task_file(path, task, labelled:bool|None=None, skip_bad_rows:bool=False
     if dup := sorted({n for n in named if named.count(n) > 1}): raise DataError(path, 1, f"column {dup[0]!r} appears twice", layout)
     for c in ["id", *spec.file_text_cols] + ([spec.label_col] if labelled else []):
         if c not in names:
-            other = [t.name for t in TASKS.values() if set(["id", *t.file_text_cols]) <= set(names)]
+            other = [t.name for t in TASKS.values() if t.files is None and set(["id", *t.file_text_cols]) <= set(names)]
             hint = f" (it looks like a file of task {' or '.join(other)})" if other else ""
             raise DataError(path, 1, f"missing column {c!r}; the header has {named}{hint}", layout,
                             "check that the file belongs to this task, or map its columns with read_generic")
@@ -274,13 +394,25 @@ SPLITS = ("train", "dev", "test")
 _STEMS = {"sst": "ids-sst-{}.csv", "cfimdb": "ids-cfimdb-{}.csv", "sts": "sts-{}.csv", "para": "quora-{}.csv"}
 
 def file_name(task, split:str) -> str:
-    "The CS224N file name of `task`'s `split` (the test files are the `-test-student` ones)"
-    return _STEMS[get_task(task).name].format("test-student" if split == "test" else split)
+    "The file name of `task`'s `split`: CS224N's (the test files are the `-test-student` ones), or the task's own"
+    spec = get_task(task)
+    if spec.files is not None: return Path(spec.files.get(split, "")).name or None
+    return _STEMS[spec.name].format("test-student" if split == "test" else split)
+
+def spec_file(spec:TaskSpec, split:str, d=None) -> Path|None:
+    "The file of `split` of a task with its own `files` (relative paths start at its `root`, else at the data folder `d`)"
+    p = (spec.files or {}).get(split)
+    if p is None: return None
+    p = Path(p).expanduser()
+    if p.is_absolute(): return p
+    root = Path(spec.root).expanduser() if spec.root is not None else Path(d).expanduser() if d is not None else find_data_dir()
+    return root/p
 
 def task_files(d) -> dict:
     "Which file each task and split reads in data folder `d` (which need not exist yet): `{task: {split: Path or None}}`"
     d = Path(d).expanduser(); c = d/"cs224n"
     files = {t: {s: c/file_name(t, s) for s in SPLITS} for t in _STEMS}
+    files.update({t.name: {s: spec_file(t, s, d) for s in SPLITS} for t in TASKS.values() if t.files is not None})
     q = files["para"]
     if not q["train"].is_file() and (d/"extra/quora-extra-train.csv").is_file(): q["train"] = d/"extra/quora-extra-train.csv"
     if not q["test"].is_file(): q["test"] = None
@@ -296,6 +428,7 @@ def load_split(task, split:str, data_dir=None, skip_bad_rows:bool=False) -> pd.D
     spec = get_task(task)
     if split not in SPLITS: raise ValueError(f"split={split!r}: expected one of {', '.join(SPLITS)}.")
     d = find_data_dir(data_dir)
+    if spec.files is not None: return _load_spec_split(spec, split, d, skip_bad_rows)
     path = data_files(d)[spec.name][split]
     if path is None or not path.is_file():
         if spec.name == "para" and split == "test":
@@ -311,6 +444,25 @@ def load_split(task, split:str, data_dir=None, skip_bad_rows:bool=False) -> pd.D
     df.attrs["split"] = split
     return df
 
+def _load_spec_split(spec:TaskSpec, split:str, d, skip_bad_rows:bool) -> pd.DataFrame:
+    "`load_split` for a task with its own files (`spec.files`, read with `read_generic` and the spec's `columns`)"
+    path = spec_file(spec, split, d)
+    where = f" (declared in {spec.source})" if spec.source else ""
+    if path is None:
+        raise FileNotFoundError(f"task {spec.name}{where}: no {split} file; its files name {', '.join(spec.files)}. Add "
+                                f"files: {{{split}: PATH}} to the task, or leave {split} out of the run.")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found (task {spec.name}, split {split}{where}). Check the path in the task's files "
+                                f"(relative paths start at {'the task file' + chr(39) + 's folder' if spec.root else 'the data folder'}).")
+    df = read_generic(path, spec, spec.columns, sep=spec.sep, skip_bad_rows=skip_bad_rows, allow_missing_labels=split != "train",
+                      labelled=True if split != "test" else None)
+    if split == "train" and spec.target != "score" and "label" in df:
+        if missing := [c for i, c in enumerate(spec.classes) if not (df.label == i).any()]:
+            warnings.warn(f"{path}: class(es) {', '.join(map(repr, missing))} of task {spec.name} never occur in the training file; "
+                          "the model will not learn to predict them. Check the labels, or drop the class from the task's classes.")
+    df.attrs.update(split=split, task=spec.name)
+    return df
+
 # %% ../nbs/04_data.ipynb #040bd4be
 def labelled_rows(df:pd.DataFrame) -> pd.DataFrame:
     "Rows of `df` that have a label (label in its task dtype); `attrs['excluded']` lists the ids left out"
@@ -324,28 +476,55 @@ def labelled_rows(df:pd.DataFrame) -> pd.DataFrame:
     return out
 
 # %% ../nbs/04_data.ipynb #59cace60
+def _jsonl_records(text:str, path, names:list):
+    "`(line, fields)` of a JSON Lines file: each line an object, the fields the values of `names` as text (missing: '')"
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(path, n, f"not a JSON object ({e.msg} at column {e.colno})", "one JSON object per line (JSON Lines)") from None
+        if not isinstance(obj, dict): raise DataError(path, n, f"a JSON {type(obj).__name__}, not an object", "one JSON object per line (JSON Lines)")
+        yield n, ["" if obj.get(c) is None else str(obj[c]) for c in names]
+
+def _jsonl_names(text:str, path) -> list:
+    "The keys of a JSON Lines file's objects (its 'header'), in first-seen order"
+    names = {}
+    for n, line in enumerate(text.split("\n"), start=1):
+        if not line.strip(): continue
+        try: obj = json.loads(line)
+        except json.JSONDecodeError: continue                      # named by `_jsonl_records`
+        if isinstance(obj, dict): names.update(dict.fromkeys(obj))
+    return list(names)
+
 def read_generic(path, task, columns:dict, sep:str|None=None, label_transform:Callable|None=None, skip_bad_rows:bool=False,
-                 allow_missing_labels:bool=False, id_prefix:str="") -> pd.DataFrame:
-    "Read any CSV/TSV with a header as `task` data; `columns` maps ours (`id`, `sentence1`, `sentence2`, `label`) to the file's"
+                 allow_missing_labels:bool=False, id_prefix:str="", labelled:bool|None=True) -> pd.DataFrame:
+    """Read any CSV, TSV or JSON Lines file (`.jsonl`) as `task` data; `columns` maps ours (`id`, `sentence1`, `sentence2`,
+    `label`) to the file's. `labelled=None`: the label column may be absent (a test file)"""
     spec, path = get_task(task), Path(path)
     columns = {("sentence1" if k == "sentence" else k): v for k, v in dict(columns).items()}
     allowed = ["id", *spec.text_cols, "label"]
     if bad := [k for k in columns if k not in allowed]: raise ValueError(f"columns: unknown key {bad[0]!r} for task {spec.name}; expected keys among {allowed}.")
     if miss := [c for c in spec.text_cols if c not in columns]: raise ValueError(f"columns: {miss[0]!r} is required for task {spec.name} (map it to the file's column name).")
     text = _read_text(path)
-    if sep is None: sep = "\t" if "\t" in text.split("\n", 1)[0] else ","
-    sepname = {"\t": "tab", ",": "comma", ";": "semicolon"}.get(sep, repr(sep))
-    layout = f"{sepname}-separated columns {', '.join(columns.values())} (mapped to {', '.join(columns)}) for task {spec.name}"
-    recs = _records(text, path, sep)
-    header = _header(path, recs)
-    names = [h.strip() for h in header]
-    if len(columns) > 1: _check_separator(path, header, sep, layout)
+    jsonl = path.suffix.lower() in (".jsonl", ".ndjson") or sep == "jsonl"
+    if jsonl: names = _jsonl_names(text, path)
+    else:
+        if sep is None: sep = "\t" if "\t" in text.split("\n", 1)[0] else ","
+        recs = _records(text, path, sep)
+        header = _header(path, recs)
+        names = [h.strip() for h in header]
+    if labelled is None and "label" in columns and columns["label"] not in names:     # a test file without its labels
+        columns = {k: v for k, v in columns.items() if k != "label"}
+    sepname = "JSON Lines with keys" if jsonl else {"\t": "tab", ",": "comma", ";": "semicolon"}.get(sep, repr(sep)) + "-separated columns"
+    layout = f"{sepname} {', '.join(columns.values())} (mapped to {', '.join(columns)}) for task {spec.name}"
+    if len(columns) > 1 and not jsonl: _check_separator(path, header, sep, layout)
     for ours, theirs in columns.items():
         if theirs not in names:
             raise DataError(path, 1, f"missing column {theirs!r} (mapped to {ours}); the header has {names}", layout,
                             "fix the `columns` mapping or the file's header")
+    if jsonl: names = list(columns.values()); recs = _jsonl_records(text, path, names)
     idx = {ours: names.index(theirs) for ours, theirs in columns.items()}
-    df = _parse_rows(path, spec, recs, len(header), idx.get("id"), [idx[c] for c in spec.text_cols], idx.get("label"), layout,
+    df = _parse_rows(path, spec, recs, len(names), idx.get("id"), [idx[c] for c in spec.text_cols], idx.get("label"), layout,
                      skip_bad_rows, allow_missing_labels, label_transform, id_prefix)
     df.attrs["columns"] = dict(columns)
     return df

@@ -15,17 +15,17 @@ from .step import LossTerm, StepContext
 from .checkpoint import load_checkpoint
 from .config import saved_config
 from .multitask import MultitaskBert
+from .data import get_task
 
 # %% auto #0
 __all__ = ['DISTILL_KINDS', 'soft_target', 'distill_loss', 'TeacherTargets', 'DistillTerm', 'load_teachers']
 
 # %% ../nbs/08i_distill.ipynb #b5ac7f83
-DISTILL_KINDS = {"sst": "kl", "cfimdb": "kl", "para": "binary_kl", "sts": "squared"}   # the term per task (heads' outputs)
+DISTILL_KINDS = {"class": "kl", "binary": "binary_kl", "score": "squared"}   # the term per target of a task (its head's outputs)
 
 def _check_kind(task:str) -> str:
-    kind = DISTILL_KINDS.get(task)
-    if kind is None: raise KeyError(f"distillation: no term for task {task!r}; expected one of {list(DISTILL_KINDS)}.")
-    return kind
+    try: return DISTILL_KINDS[get_task(task).target]
+    except ValueError as e: raise KeyError(f"distillation: no term for task {task!r}: {e}") from None
 
 def soft_target(task:str, teacher_outputs:list, T:float=1.0) -> torch.Tensor:
     "The target from one or more teachers' raw outputs: the mean softened distribution (classes), probability (Quora) or score (STS)"
@@ -60,7 +60,7 @@ class TeacherTargets:
         self.teachers, self.T, self.use_cache = list(teachers), float(T), cache
         if self.T <= 0: raise ValueError(f"distillation temperature {T}: expected a value > 0 (1 = the plain softmax; 2-4 is usual).")
         vs = student.bert.config.vocab_size
-        self.tasks = [t for t in student.cfg.tasks if t in DISTILL_KINDS and all(t in m.cfg.tasks for m in self.teachers)]
+        self.tasks = [t for t in student.cfg.tasks if all(t in m.cfg.tasks for m in self.teachers)]
         for k, m in enumerate(self.teachers):
             m.eval().requires_grad_(False)
             if m.bert.config.vocab_size != vs:

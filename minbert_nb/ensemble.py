@@ -10,7 +10,7 @@ import json, sys
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .data import DataError, get_task, load_split, plain_or_gz, SCORE_KEYS
+from .data import DataError, get_task, load_split, plain_or_gz, SCORE_KEYS, TASK_METRIC, CS224N_TASKS
 from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
                                  score_split, overall_score, with_overall, pearson, accuracy)
 from .checkpoint import write_json
@@ -18,10 +18,10 @@ from .folders import expand, check_new_folder, OutputFolder
 from .core import stamp_run_figure, cli, code_version
 
 # %% auto #0
-__all__ = ['METHODS', 'RAW_METHODS', 'ENSEMBLE_TASKS', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores', 'median_scores',
-           'average_raw', 'align_members', 'member_bias', 'ensemble_split', 'score_against', 'plot_members',
-           'ensemble_runs', 'bag_score', 'select_ensemble', 'ensemble_headroom', 'headroom_table', 'write_headroom',
-           'minbert_ensemble']
+__all__ = ['METHODS', 'RAW_METHODS', 'TIE_RULE', 'member_weights', 'vote', 'mean_scores', 'median_scores', 'average_raw',
+           'methods_of', 'ensemble_tasks', 'align_members', 'member_bias', 'ensemble_split', 'score_against',
+           'plot_members', 'ensemble_runs', 'bag_score', 'select_ensemble', 'ensemble_headroom', 'headroom_table',
+           'write_headroom', 'minbert_ensemble']
 
 # %% ../nbs/15_ensemble.ipynb #c3714b08
 def member_weights(weights, n:int) -> np.ndarray:
@@ -74,16 +74,22 @@ def average_raw(task:str, raws, weights=None, biases=None) -> np.ndarray:
     if R.shape[2] != spec.num_labels: raise ValueError(f"{task}: raw outputs have {R.shape[2]} column(s), expected {spec.num_labels}.")
     if spec.num_labels > 1: return np.einsum("m,mek->ek", w, R).argmax(-1)
     R = R[:, :, 0]
-    if spec.name == "para":
+    if spec.target == "binary":                     # one logit: each member's prior correction added (Quora)
         b = np.zeros(len(raws)) if biases is None else np.asarray(biases, dtype=float)
         return (w @ (R + b[:, None]) > 0).astype(np.int64)
-    if spec.name == "sts": return np.clip(w @ R, 0, 5)
-    raise ValueError(f"average_raw: no rule for task {task!r}.")
+    return np.clip(w @ R, spec.low, spec.high)       # a score
 
 # %% ../nbs/15_ensemble.ipynb #7ce4af47
-METHODS = {"sst": ("vote", "logits"), "cfimdb": ("vote", "logits"), "para": ("vote", "logits"), "sts": ("mean", "median", "weighted")}
+METHODS = {"class": ("vote", "logits"), "binary": ("vote", "logits"), "score": ("mean", "median", "weighted")}   # per target
 RAW_METHODS = ("logits", "weighted")             # the methods that read raw-output files
-ENSEMBLE_TASKS = ("sst", "cfimdb", "para", "sts")
+
+def methods_of(task) -> tuple:
+    "The ensemble methods for `task`'s target: a vote or the mean of the logits for classes, the mean, median or weighted mean for scores"
+    return METHODS[get_task(task).target]
+
+def ensemble_tasks() -> list:
+    "Every task the library knows (built in and declared), in the order of their scores (`04_data.TASK_METRIC`)"
+    return list(TASK_METRIC)
 
 def align_members(frames:list, paths:list) -> list:
     "Members' frames (`id` + values) in the first one's row order; an error names the file whose ids differ, and how many"
@@ -110,7 +116,7 @@ def member_bias(run_dir) -> float:
 def ensemble_split(run_dirs, task:str, split:str, method:str, weights=None) -> dict:
     "Ensemble of `task`/`split` of `run_dirs` with `method`: `pred` (`id`, `pred`), `members` (their predictions), `info`"
     runs = [Path(r) for r in run_dirs]
-    if method not in METHODS[task]: raise ValueError(f"{task}: method {method!r}; expected one of {', '.join(METHODS[task])}.")
+    if method not in methods_of(task): raise ValueError(f"{task}: method {method!r}; expected one of {', '.join(methods_of(task))}.")
     paths = [prediction_path(r, task, split) for r in runs]
     members = align_members([read_predictions(p, task) for p in paths], paths)
     ids, info = members[0]["id"], dict(n=len(members[0]))
@@ -121,7 +127,7 @@ def ensemble_split(run_dirs, task:str, split:str, method:str, weights=None) -> d
                                             f"{', '.join(lacking)} (runs from before raw files existed have none; "
                                             f"`minbert_predict RUN_DIR --splits {split}` writes them).")
         raws = align_members([members[0][["id"]]] + [read_raw(p, task) for p in rpaths], [paths[0]] + rpaths)[1:]
-        biases = [member_bias(r) for r in runs] if task == "para" else None
+        biases = [member_bias(r) for r in runs] if get_task(task).prior_shift else None
         pred = average_raw(task, [f[raw_columns(task)].to_numpy() for f in raws], weights, biases)
         if biases: info["para_logit_biases"] = biases
     else:
@@ -193,7 +199,7 @@ def _ensemble_splits(runs:list, w:np.ndarray, methods:dict, splits, partial:bool
     members lack is skipped, or with `partial` ensembled over those that have it (the others abstain)"""
     results, skipped, abstained = {}, [], {}
     for split in splits:
-        for t in ENSEMBLE_TASKS:
+        for t in ensemble_tasks():
             have = [plain_or_gz(prediction_path(r, t, split)).is_file() for r in runs]   # FILE.csv or FILE.csv.gz
             if not any(have): continue                        # no member has it (e.g. CFIMDB in multitask runs)
             sel, name = np.array(have), prediction_path(".", t, split).name
@@ -235,14 +241,16 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     for r in runs:
         if not r.is_dir(): raise FileNotFoundError(f"{r}: no such run folder.")
     w = member_weights(weights, len(runs))
-    methods = dict(sst=sst, cfimdb=sst, para=para, sts=sts)
-    for t, m in methods.items():
-        if m not in METHODS[t]: raise ValueError(f"--{'sst' if t == 'cfimdb' else t} {m}: expected one of {', '.join(METHODS[t])}.")
+    flags, targets = dict(sst=sst, para=para, sts=sts), dict(sst="class", para="binary", sts="score")   # each flag sets a target's method
+    for flag, m in flags.items():
+        if m not in METHODS[targets[flag]]: raise ValueError(f"--{flag} {m}: expected one of {', '.join(METHODS[targets[flag]])}.")
+    by_target = {targets[f]: m for f, m in flags.items()}
+    methods = {t: by_target[get_task(t).target] for t in ensemble_tasks()}
     _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
     results, skipped, abstained = _ensemble_splits(runs, w, methods, splits, partial)
     if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
                                             "are these minbert_train run folders?")
-    differ = [t for t in ENSEMBLE_TASKS if (t, "dev") in results and (t, "test") in results and results[(t, "dev")]["have"] != results[(t, "test")]["have"]]
+    differ = [t for t in ensemble_tasks() if (t, "dev") in results and (t, "test") in results and results[(t, "dev")]["have"] != results[(t, "test")]["have"]]
     for t in differ: print(f"warning: {t} test predictions come from other members than the {t} dev score (a member predicts one split "
                            "and not the other): the dev score does not describe the test file")
     ddir = _data_dir(data_dir, runs)
@@ -278,7 +286,7 @@ def _headroom_members(runs:list, task:str, labels:pd.DataFrame):
 def bag_score(task:str, P, y, counts) -> float:
     "Dev score of the ensemble in which member `i` (row `i` of `P`) takes part `counts[i]` times: a vote (classes) or the mean (STS)"
     R = np.repeat(np.asarray(P, dtype=float), np.asarray(counts, dtype=int), axis=0)   # the runs in their order, each repeated
-    if task == "sts": return pearson(R.mean(0), y)
+    if get_task(task).target == "score": return pearson(R.mean(0), y)
     return accuracy(vote(R).astype(int), np.asarray(y).astype(int))
 
 def select_ensemble(task:str, P, y, init:int=3, steps:int=20) -> dict:
@@ -300,7 +308,7 @@ def select_ensemble(task:str, P, y, init:int=3, steps:int=20) -> dict:
     return dict(single=single, counts=best_counts.astype(int), score=best)
 
 # %% ../nbs/15_ensemble.ipynb #739c1650
-def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=("sst", "para", "sts")) -> dict:
+def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=CS224N_TASKS) -> dict:
     "Per task, the best member and an ensemble selected **with the dev labels** (optimistic ceilings, never results)"
     runs = [Path(r) for r in run_dirs]
     if not runs: raise ValueError("no run folders given.")
@@ -318,11 +326,11 @@ def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=(
                                selected=dict(score=float(s["score"]), counts={n: int(c) for n, c in zip(names, s["counts"]) if c}),
                                scores={n: float(v) for n, v in zip(names, s["single"])})
     T = out["tasks"]
-    if all(t in T for t in ("sst", "para", "sts")):
-        three = lambda f: overall_score(*(f(T[t]) for t in ("sst", "para", "sts")))
-        whole = [r for r in T["sst"]["scores"] if r in T["para"]["scores"] and r in T["sts"]["scores"]]
+    if all(t in T for t in CS224N_TASKS):
+        three = lambda f: overall_score(*(f(T[t]) for t in CS224N_TASKS))
+        whole = [r for r in T[CS224N_TASKS[0]]["scores"] if all(r in T[t]["scores"] for t in CS224N_TASKS)]
         if whole:
-            o = {r: overall_score(T["sst"]["scores"][r], T["para"]["scores"][r], T["sts"]["scores"][r]) for r in whole}
+            o = {r: overall_score(*(T[t]["scores"][r] for t in CS224N_TASKS)) for r in whole}
             best = max(o, key=o.get); out["best_run"] = dict(run=best, overall=o[best])
         out["overall_best_members"] = three(lambda d: d["best_member"]["score"])
         out["overall_selected"] = three(lambda d: d["selected"]["score"])

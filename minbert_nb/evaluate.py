@@ -13,12 +13,12 @@ import torch
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
-from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS
+from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, _BUILT_IN
 
 # %% auto #0
-__all__ = ['PRED_HEADERS', 'PRED_RANGES', 'accuracy', 'pearson', 'overall_score', 'with_overall', 'predict_split', 'score_split',
-           'evaluate', 'write_predictions', 'read_predictions', 'prediction_path', 'raw_columns', 'raw_path',
-           'write_raw', 'read_raw']
+__all__ = ['accuracy', 'pearson', 'macro_f1', 'spearman', 'overall_score', 'with_overall', 'predict_split', 'score_split',
+           'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'read_predictions', 'prediction_path',
+           'raw_columns', 'raw_path', 'write_raw', 'read_raw']
 
 # %% ../nbs/08f_evaluate.ipynb #d2d063e3
 def accuracy(pred, gold) -> float:
@@ -35,13 +35,32 @@ def pearson(pred, gold) -> float:
     from scipy.stats import pearsonr   # here, not at import: scipy.stats costs every process that imports this module 1 s
     return float(pearsonr(pred, gold)[0])
 
+def macro_f1(pred, gold, k:int|None=None) -> float:
+    "Unweighted mean over the classes `0..k-1` of each class's F1 (a class never predicted nor present counts 0, as scikit-learn's `zero_division=0`)"
+    pred, gold = np.asarray(pred).astype(int), np.asarray(gold).astype(int)
+    if len(pred) != len(gold) or len(pred) == 0: raise ValueError(f"macro_f1 needs equal, non-zero lengths; got {len(pred)} and {len(gold)}.")
+    classes = range(k) if k is not None else np.union1d(pred, gold)
+    f1 = [2 * ((pred == c) & (gold == c)).sum() / max(1, (pred == c).sum() + (gold == c).sum()) for c in classes]
+    return float(np.mean(f1))
+
+def spearman(pred, gold) -> float:
+    "Spearman's rank correlation of `pred` and `gold` (0 if either is constant)"
+    pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
+    if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"spearman needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
+    if pred.std() == 0 or gold.std() == 0: return 0.0
+    from scipy.stats import spearmanr
+    return float(spearmanr(pred, gold)[0])
+
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     "CS224N leaderboard score: mean of SST acc, Quora acc and (STS r + 1) / 2"
     return (sst_acc + para_acc + (sts_corr + 1) / 2) / 3
 
 def with_overall(m:dict) -> dict:
-    "`m` (a dict of scores) with its `overall` set when it holds all three tasks' scores; the one place that rule is written"
+    """`m` (a dict of scores) with its `overall` set when it holds the three CS224N tasks' scores, and, when it holds a
+    declared task's score, `mean_primary`: the mean of every scored task's primary metric. The one place that rule is written"""
     if all(k in m for k in OVERALL_KEYS): m["overall"] = overall_score(*(m[k] for k in OVERALL_KEYS))
+    primary = {t.name: m[t.metric_key] for t in TASKS.values() if t.metric_key in m}
+    if any(t not in _BUILT_IN for t in primary): m[MEAN_KEY] = float(np.mean(list(primary.values())))
     return m
 
 # %% ../nbs/08f_evaluate.ipynb #f79367d6
@@ -78,8 +97,12 @@ def score_split(task:str, df:pd.DataFrame) -> dict:
     lab = df.dropna(subset=["label"])
     out = {"n": len(lab), "n_unlabelled": len(df) - len(lab)}
     if len(lab) == 0: return out
-    if task == "sts": out[TASK_METRIC[task]] = pearson(lab.pred, lab.label)
-    else: out[TASK_METRIC[task]] = accuracy(lab.pred.astype(int), lab.label.astype(int))
+    spec = get_task(task)
+    for metric, key in zip(spec.metrics, spec.metric_keys):
+        if metric == "corr": out[key] = pearson(lab.pred, lab.label)
+        elif metric == "spearman": out[key] = spearman(lab.pred, lab.label)
+        elif metric == "acc": out[key] = accuracy(lab.pred.astype(int), lab.label.astype(int))
+        else: out[key] = macro_f1(lab.pred.astype(int), lab.label.astype(int), len(spec.classes))
     return out
 
 # %% ../nbs/08f_evaluate.ipynb #ddc8a319
@@ -89,23 +112,28 @@ def evaluate(model, loaders:dict, device=None, amp_dtype=None, progress:bool=Fal
     for task, dl in loaders.items():
         preds[task] = predict_split(model, dl, device, amp_dtype, desc=f"eval {task}" if progress else None)
         s = score_split(task, preds[task])
-        metrics.update({k: v for k, v in s.items() if k.endswith(("_acc", "_corr"))})
+        metrics.update({k: s[k] for k in get_task(task).metric_keys if k in s})
         metrics[f"{task}_n"] = s["n"]
         if s["n_unlabelled"]: metrics[f"{task}_n_unlabelled"] = s["n_unlabelled"]
     return with_overall(metrics), preds
 
 # %% ../nbs/08f_evaluate.ipynb #a1ca21f1
-PRED_HEADERS = {"sst": "Predicted_Sentiment", "cfimdb": "Predicted_Sentiment", "para": "Predicted_Is_Paraphrase",
-                "sts": "Predicted_Similiarity"}
+def pred_header(task) -> str:
+    "The prediction file's column header: CS224N's for its tasks (`Predicted_Similiarity` misspelt as the starter writes it), else `Predicted_{task}`"
+    spec = get_task(task)
+    return spec.pred_header or f"Predicted_{spec.name}"
 
-def _fmt(task, x): return str(int(x)) if task != "sts" else f"{float(x):.6g}"
+def pred_range(task) -> tuple:
+    "`(low, high, whole)`: the values a prediction of `task` may take"
+    spec = get_task(task)
+    return (spec.low, spec.high, spec.target != "score")
+
+def _fmt(task, x): return str(int(x)) if get_task(task).target != "score" else f"{float(x):.6g}"
 
 def write_predictions(df:pd.DataFrame, task:str, path) -> Path:
     "Write `df` (`id`, `pred`) in the CS224N starter's prediction format"
-    lines = [f"id \t {PRED_HEADERS[task]} \n"] + [f"{i} , {_fmt(task, p)} \n" for i, p in zip(df["id"], df["pred"])]
+    lines = [f"id \t {pred_header(task)} \n"] + [f"{i} , {_fmt(task, p)} \n" for i, p in zip(df["id"], df["pred"])]
     return atomic_write_text(path, "".join(lines))
-
-PRED_RANGES = {"sst": (0, 4, True), "cfimdb": (0, 1, True), "para": (0, 1, True), "sts": (0, 5, False)}  # low, high, whole?
 
 def read_predictions(path, task:str) -> pd.DataFrame:
     "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`; `FILE.csv.gz` is read where `FILE.csv` is missing"
@@ -113,11 +141,11 @@ def read_predictions(path, task:str) -> pd.DataFrame:
     try: lines = read_bytes(path).decode("utf-8").splitlines()
     except FileNotFoundError: raise FileNotFoundError(f"{path}: no such prediction file.") from None
     except UnicodeDecodeError as e: raise ValueError(f"{path}: byte {e.start} is not UTF-8; prediction files are UTF-8 text.") from None
-    want = f"id \\t {PRED_HEADERS[task]}"
+    want = f"id \\t {pred_header(task)}"
     if not lines: raise ValueError(f"{path}:1: the file is empty; expected the header '{want}' and one 'id , prediction' line per example.")
-    if lines[0].split("\t")[0].strip() != "id" or PRED_HEADERS[task] not in lines[0]:
+    if lines[0].split("\t")[0].strip() != "id" or pred_header(task) not in lines[0]:
         raise ValueError(f"{path}:1: header {lines[0]!r}; expected '{want}' (is this a {task} prediction file?).")
-    lo, hi, whole = PRED_RANGES[task]
+    lo, hi, whole = pred_range(task)
     rows, seen = [], {}
     for n, line in enumerate(lines[1:], start=2):
         if not line.strip(): continue
@@ -127,7 +155,7 @@ def read_predictions(path, task:str) -> pd.DataFrame:
         try: v = float(raw)
         except ValueError: raise ValueError(f"{path}:{n}: prediction {raw!r} is not a number.") from None
         if not (lo <= v <= hi) or (whole and not v.is_integer()):
-            raise ValueError(f"{path}:{n}: prediction {raw!r} is not {'a whole number' if whole else 'a number'} in {lo}..{hi} for {task}.")
+            raise ValueError(f"{path}:{n}: prediction {raw!r} is not {'a whole number' if whole else 'a number'} in {lo:g}..{hi:g} for {task}.")
         if not i: raise ValueError(f"{path}:{n}: empty id.")
         if i in seen: raise ValueError(f"{path}:{n}: duplicate id {i!r} (first on line {seen[i]}).")
         seen[i] = n; rows.append((i, v))

@@ -15,6 +15,7 @@ from .pretrained import resolve_checkpoint, is_embedded, tokenize, quiet_transfo
 from .lora import LoRALinear, set_merged
 from .peft import parse_peft
 from .config import saved_config
+from .data import get_task
 from .train import read_run_config
 from .folders import expand, folder_kind, mark_folder, check_new_folder, FolderRefused
 from .predictor import Predictor, check_run_dir
@@ -86,10 +87,12 @@ def heads_export(model, max_length:int|None=None) -> tuple:
     "The task heads of `MultitaskBert` `model` as `(tensors, description)`: what `minbert_heads.safetensors` / `.json` hold"
     mc, tensors, tasks = model.cfg, {}, {}
     for t in mc.tasks:
-        mode = mc.mode_of(t)
+        mode, spec = mc.mode_of(t), get_task(t)
+        lo, hi = spec.low, spec.high
         d = dict(mode=mode, input=_INPUTS[mode])
         if (mode == "bi" and t not in model.heads) or mode == "both":
-            d.update(cosine="(cos(u, v) - cosine_floor) * 5 / (1 - cosine_floor)", cosine_floor=mc.cosine_floor)
+            d.update(cosine=f"(cos(u, v) - cosine_floor) * {hi - lo:g} / (1 - cosine_floor)" + (f" + {lo:g}" if lo else ""),
+                     cosine_floor=mc.cosine_floor)
         elif mode == "bi": d["features"] = _FEATURES[mc.pair_features]
         if mode in ("cross", "both") and mc.pair_swap:
             d["pair_swap"] = "the layers' output is the mean over both orders, tokenizer(s1, s2) and tokenizer(s2, s1)"
@@ -100,11 +103,13 @@ def heads_export(model, max_length:int|None=None) -> tuple:
                 name = f"{t}.{'out' if i == len(lin) - 1 else f'hidden{i}'}"
                 tensors[f"{name}.weight"], tensors[f"{name}.bias"] = l.weight.detach().cpu().contiguous(), l.bias.detach().cpu().contiguous()
                 d["layers"].append(dict(weight=f"{name}.weight", bias=f"{name}.bias", activation="relu" if i < len(lin) - 1 else None))
-        if t in ("sst", "cfimdb"): d["predict"] = "label = argmax of the logits; probabilities = softmax of the logits"
-        elif t == "para":
+        if spec.target == "class": d["predict"] = "label = argmax of the logits; probabilities = softmax of the logits"
+        elif spec.target == "binary" and spec.prior_shift:
             d.update(logit_bias=float(model.para_logit_bias),
                      predict="label = 1 if logit + logit_bias > 0 (the run's Quora prior correction); probability = sigmoid(logit + logit_bias)")
-        else: d["predict"] = "score = the output" + (" (the mean of the cosine score and the layers' score)" if mode == "both" else "") + ", clipped to [0, 5]"
+        elif spec.target == "binary": d["predict"] = "label = 1 if logit > 0; probability = sigmoid(logit)"
+        else: d["predict"] = "score = the output" + (" (the mean of the cosine score and the layers' score)" if mode == "both" else "") + f", clipped to [{lo:g}, {hi:g}]"
+        if spec.target != "score": d["classes"] = list(spec.classes)
         tasks[t] = d
     desc = dict(format="minbert_nb task heads", version=1, pooling=mc.pooling, pooling_is=_POOLINGS[mc.pooling], max_length=max_length,
                 tasks=tasks, usage="encoder = the BertModel of this folder; a sentence vector is the pooling of its output. For each task, "
@@ -135,9 +140,9 @@ def write_hf(p:Predictor, out):
 
 # %% ../nbs/22_export.ipynb #24cb886e
 def st_normalize(model) -> bool:
-    "Whether the run of `model` compares sentence vectors by cosine (STS as a cosine bi-encoder): its sentence-transformers export normalises"
+    "Whether the run of `model` compares sentence vectors by cosine (a pair score, STS, as a cosine bi-encoder): its sentence-transformers export normalises"
     mc = model.cfg
-    return "sts" in mc.tasks and mc.mode_of("sts") in ("bi", "both") and mc.sts_head == "cosine"
+    return any(mc.mode_of(t) in ("bi", "both") and mc.head_of(t) == "cosine" for t in mc.tasks)
 
 def write_sentence_transformers(p:Predictor, out):
     "The hf folder of `p` plus sentence-transformers' modules: Transformer, Pooling (, Dense + Tanh for the pooler) (, Normalize)"

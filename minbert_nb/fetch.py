@@ -140,12 +140,13 @@ def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:
     return report
 
 def needed_files(tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
-    "CS224N file names a run of `tasks` reads for `splits` (Quora's test file is optional, so never listed)"
+    "CS224N file names a run of `tasks` reads for `splits` (Quora's test file is optional, so never listed; a task with its own files has none)"
+    tasks = [t for t in tasks if get_task(t).files is None]
     return [file_name(t, s) for t in tasks for s in splits if not (get_task(t).name == "para" and s == "test")]
 
 def missing_files(d, tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
     "Files of `needed_files` that data folder `d` lacks, by the rule of `data_files` (Quora may train on extra/quora-extra-train.csv)"
-    fs = task_files(d)
+    fs, tasks = task_files(d), [t for t in tasks if get_task(t).files is None]
     return [file_name(t, s) for t in tasks for s in splits if not (get_task(t).name == "para" and s == "test")
             and not fs[get_task(t).name][s].is_file()]
 

@@ -154,7 +154,7 @@ def make_loader(ds:TaskDataset, batch_size:int, shuffle:bool=False, bucket:bool=
                                  num_replicas=num_replicas, rank=rank, pool=getattr(ds, "pool", None) if shuffle else None)
     # Its own generator: creating an iterator draws a seed from the loader's generator, which would otherwise be PyTorch's
     # global one, so each new pass would shift the dropout stream and a resumed run would not repeat the original.
-    return DataLoader(ds, batch_sampler=sampler, collate_fn=partial(collate, task=ds.task.name, pad_id=ds.pad_id, pad_multiple=pad_multiple),
+    return DataLoader(ds, batch_sampler=sampler, collate_fn=partial(collate, task=ds.task, pad_id=ds.pad_id, pad_multiple=pad_multiple),
                       num_workers=num_workers, pin_memory=pin_memory, generator=torch.Generator().manual_seed(seed))
 
 def padding_fraction(loader) -> float:

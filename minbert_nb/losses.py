@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Callable
 import torch
 import torch.nn.functional as F
+from .data import get_task, CS224N_TASKS
 
 # %% auto #0
 __all__ = ['LOSSES', 'TASK_LOSSES', 'sst_loss', 'para_loss', 'sts_loss', 'cosine_scores', 'cosine_loss', 'mnrl_loss',
@@ -90,7 +91,7 @@ def cosent_loss(cos:torch.Tensor, labels:torch.Tensor, scale:float=20.0) -> torc
 
 # %% ../nbs/08_losses.ipynb #2ac9400a
 LOSSES = dict(cross_entropy=sst_loss, bce=para_loss, mse=sts_loss, cosine=cosine_loss, mnrl=mnrl_loss, cosent=cosent_loss)
-TASK_LOSSES = dict(sst="cross_entropy", para="bce", sts="mse")   # default loss of each CS224N task
+TASK_LOSSES = {t: get_task(t).loss_name for t in CS224N_TASKS}   # default loss of each CS224N task (its spec's, `04_data`)
 
 def get_loss(name:str) -> Callable:
     "The loss function registered in `LOSSES` as `name`"

@@ -7,6 +7,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/multitask.html.md"""
 # %% ../nbs/06_multitask.ipynb #bd120906
 from __future__ import annotations
 from dataclasses import dataclass
+from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -15,12 +16,13 @@ from .bert import BertModel
 from .pretrained import load_bert, random_bert
 from .peft import PeftConfig, inject_peft, set_trainable, param_report, Range, COUNT, PROBABILITY, PEFT_RANGES, check_ranges
 from .heads import *
+from .data import get_task, TASKS, CS224N_TASKS, TaskSpec, register_task
+from .task_files import read_tasks, declare_tasks
 
 # %% auto #0
-__all__ = ['TASK_OUTPUTS', 'MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
+__all__ = ['MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
 
 # %% ../nbs/06_multitask.ipynb #a25e569c
-TASK_OUTPUTS = {"sst": 5, "cfimdb": 2, "para": 1, "sts": 1}   # logits per task
 MODEL_RANGES = dict(head_layers=Range(1, 2), head_dropout=PROBABILITY, hidden_dropout=PROBABILITY, attention_dropout=PROBABILITY,
                     cosine_floor=Range(-1, 1, "[)", note="the cosine that maps to STS 0; 1 would divide by zero"))
 
@@ -28,7 +30,9 @@ MODEL_RANGES = dict(head_layers=Range(1, 2), head_dropout=PROBABILITY, hidden_dr
 class ModelConfig(PeftConfig):
     "Architecture of a multitask model: the backbone, the heads, how pairs are read, and (inherited) its PEFT modules"
     backbone: str|None = None        # None = embedded all-MiniLM-L6-v2; a folder; or a hub id such as bert-base-uncased
-    tasks: tuple = ("sst", "para", "sts")  # ("sst",) or ("cfimdb",) for the single-task part of the project
+    tasks: tuple = CS224N_TASKS      # ("sst",) or ("cfimdb",) for the single-task part of the project; any registered task
+    task_file: str|None = None       # a YAML/JSON task file (`04f_task_files`): its tasks are declared before `tasks` is checked
+    task_specs: dict|None = None     # the declared tasks' specs {name: fields} (filled from task_file; a saved run declares them again)
     pooling: str = "cls"             # cls | pooler | mean
     task_pooling: dict|None = None   # per-task override, e.g. {"sts": "mean"} (seed 003: mean for STS, [CLS] for the others)
     head_layers: int = 1             # 1 or 2
@@ -49,32 +53,49 @@ class ModelConfig(PeftConfig):
     def __post_init__(self):
         super().__post_init__()              # the PEFT fields
         self.tasks = tuple(self.tasks)
+        self._declare_tasks()
         check_ranges(self, MODEL_RANGES)     # head layers 1 or 2, dropouts probabilities, the cosine floor in [-1, 1)
         checks = dict(pooling=POOLINGS, pair_mode=("bi", "cross"), pair_features=tuple(PAIR_FEATURES),
                       sts_head=("features", "cosine"), mode=("finetune", "pretrain"))
         for k, allowed in checks.items():
             if getattr(self, k) not in allowed: raise ValueError(f"model config: {k}={getattr(self, k)!r}; expected one of {allowed}.")
+        pairs = [t.name for t in TASKS.values() if t.is_pair]
         for t, m in (self.pair_modes or {}).items():
-            if t not in ("para", "sts") or m not in ("bi", "cross", "both") or (m == "both" and t != "sts"):
-                raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys para/sts and values 'bi'/'cross' "
-                                 "('both' for sts only).")
+            if t not in pairs or m not in ("bi", "cross", "both") or (m == "both" and get_task(t).target != "score"):
+                raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys among the pair tasks ({', '.join(pairs)}) "
+                                 "and values 'bi'/'cross' ('both' for a pair score only).")
         for name, allowed in (("task_pooling", POOLINGS), ("task_head_layers", (1, 2))):
             for t, v in (getattr(self, name) or {}).items():
-                if t not in TASK_OUTPUTS or v not in allowed:
-                    raise ValueError(f"model config: {name}[{t!r}]={v!r}; expected a task of {list(TASK_OUTPUTS)} and one of {allowed}.")
-        if self.cosine_proj and not (self.sts_head == "cosine" and self.mode_of("sts") == "bi"):
-            raise ValueError("model config: cosine_proj projects the two sentence vectors of the cosine STS head; it needs "
-                             f"sts_head='cosine' and STS read as a bi-encoder (got sts_head={self.sts_head!r}, {self.mode_of('sts')!r}).")
-        if self.mode_of("sts") == "both" and self.sts_head != "cosine":
-            raise ValueError(f"model config: pair_modes['sts']='both' averages the cosine bi-encoder with a cross-encoder; "
-                             f"it needs sts_head='cosine' (got {self.sts_head!r}).")
-        bad = [t for t in self.tasks if t not in TASK_OUTPUTS]
-        if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASK_OUTPUTS)}.")
+                if t not in TASKS or v not in allowed:
+                    raise ValueError(f"model config: {name}[{t!r}]={v!r}; expected a task of {list(TASKS)} and one of {allowed}.")
+        bad = [t for t in self.tasks if t not in TASKS]
+        if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASKS)}, or declare them (--task_file).")
+        scores = [t for t in self.tasks if get_task(t).is_pair and get_task(t).target == "score"]   # pair scores: the cosine head's tasks
+        if self.cosine_proj and scores and not any(self.head_of(t) == "cosine" and self.mode_of(t) == "bi" for t in scores):
+            t = scores[0]
+            raise ValueError("model config: cosine_proj projects the two sentence vectors of a cosine head; it needs "
+                             f"sts_head='cosine' and {t} read as a bi-encoder (got sts_head={self.sts_head!r}, {self.mode_of(t)!r}).")
+        for t in self.tasks:
+            if self.mode_of(t) == "both" and self.head_of(t) != "cosine":
+                raise ValueError(f"model config: pair_modes[{t!r}]='both' averages the cosine bi-encoder with a cross-encoder; "
+                                 f"it needs the cosine head (sts_head='cosine'; got {self.sts_head!r}).")
+
+    def _declare_tasks(self):
+        "Register the tasks of `task_file` and `task_specs` (`04_data.register_task`), so that `tasks` may name them"
+        if self.task_file and (self.task_specs is None or Path(self.task_file).expanduser().is_file()):  # a saved run: its specs
+            specs = read_tasks(self.task_file)
+            self.task_specs = {**(self.task_specs or {}), **{s.name: s.as_dict() for s in specs}}
+        declare_tasks(self.task_specs, "model config: task_specs")
+
+    def head_of(self, task:str) -> str:
+        "`task`'s head: its spec's, else its target's default (a pair score: `sts_head`, 'features' meaning regression)"
+        return get_task(task).head_of(self.sts_head)
 
     def mode_of(self, task:str) -> str:
-        "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both'"
-        if task not in ("para", "sts"): return "single"
-        return (self.pair_modes or {}).get(task, self.pair_mode)
+        "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both' (`pair_modes`, the spec's, `pair_mode`)"
+        spec = get_task(task)
+        if not spec.is_pair: return "single"
+        return (self.pair_modes or {}).get(task, spec.pair_mode or self.pair_mode)
 
     def pooling_of(self, task:str|None) -> str:
         "How `task`'s sentence vectors are pooled (`task_pooling`, else `pooling`)"
@@ -111,11 +132,11 @@ class MultitaskBert(nn.Module):
         self.heads = nn.ModuleDict()
         for t in cfg.tasks:
             mode = cfg.mode_of(t)
-            if t == "sts" and mode == "bi" and cfg.sts_head == "cosine":   # no parameters, or the projection before the cosine
+            if cfg.head_of(t) == "cosine" and mode == "bi":   # no parameters, or the projection before the cosine
                 if cfg.cosine_proj: self.heads[t] = SentenceProjection(C)
                 continue
             n_in = PAIR_FEATURES[cfg.pair_features] * C if mode == "bi" else C    # 'both': the cross-encoder's head
-            self.heads[t] = ClassifierHead(n_in, TASK_OUTPUTS[t], cfg.head_layers_of(t), C, cfg.head_dropout)
+            self.heads[t] = ClassifierHead(n_in, get_task(t).num_labels, cfg.head_layers_of(t), C, cfg.head_dropout)
         # Quora prior-shift correction: added to the paraphrase logit at prediction time (see 09_train); 0 = none
         self.register_buffer("para_logit_bias", torch.zeros(()))
         self.set_mode(cfg.mode)
@@ -161,18 +182,25 @@ class MultitaskBert(nn.Module):
         u, v = self.embed_pair(batch["a"], batch["b"], task)
         if mode == "both":                                   # STS: the mean of the cosine and the cross-encoder's score
             if "x" not in batch: raise KeyError("pair_mode 'both' needs the joint sequence `x`: build the TaskDataset with pair_mode='both'.")
-            bi, cross = cosine_to_sts(u, v, floor=self.cfg.cosine_floor), self._cross(task, batch["x"], batch.get("x_swap")).pred
+            bi, cross = self._cosine(task, u, v), self._cross(task, batch["x"], batch.get("x_swap")).pred
             return TaskOutput((bi + cross) / 2, u, v, parts=(bi, cross))
-        if task == "sts" and self.cfg.sts_head == "cosine":
+        if self.cfg.head_of(task) == "cosine":
             if self.cfg.cosine_proj: u, v = self.heads[task](u), self.heads[task](v)
-            return TaskOutput(cosine_to_sts(u, v, floor=self.cfg.cosine_floor), u, v)
+            return TaskOutput(self._cosine(task, u, v), u, v)
         return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
 
+    def _cosine(self, task:str, u:torch.Tensor, v:torch.Tensor) -> torch.Tensor:
+        "The cosine of `u` and `v` mapped from [`cosine_floor`, 1] onto `task`'s score range"
+        spec = get_task(task)
+        s = cosine_to_sts(u, v, spec.high - spec.low, floor=self.cfg.cosine_floor)
+        return s + spec.low if spec.low else s
+
     def _contrastive(self, batch:dict) -> TaskOutput:
-        "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): STS's bi-encoder embedding"
-        t = "sts" if "sts" in self.cfg.tasks else self.cfg.tasks[0]
+        "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): the first pair score's bi-encoder embedding"
+        t = next((t for t in self.cfg.tasks if get_task(t).is_pair and get_task(t).target == "score"), self.cfg.tasks[0])
         u, v = self.embed_pair(batch["a"], batch["b"], t)
-        if t == "sts" and self.cfg.cosine_proj: u, v = self.heads[t](u), self.heads[t](v)   # the vectors the cosine compares
+        if self.cfg.cosine_proj and t in self.heads and self.cfg.head_of(t) == "cosine":   # the vectors the cosine compares
+            u, v = self.heads[t](u), self.heads[t](v)
         return TaskOutput(None, u, v)
 
     def _cross(self, task:str, a:dict, s:dict|None=None) -> TaskOutput:
@@ -190,11 +218,11 @@ class MultitaskBert(nn.Module):
         return TaskOutput(self.heads[task](u).squeeze(-1), u)
 
     def decide(self, task:str, raw:torch.Tensor) -> torch.Tensor:
-        "Predictions from raw outputs: SST/CFIMDB class ids, Quora 0/1 (after the prior correction), STS clipped to [0, 5]"
-        raw = raw.float()
-        if task in ("sst", "cfimdb"): return raw.argmax(-1)
-        if task == "para": return (raw + self.para_logit_bias > 0).long()
-        return raw.clamp(0, 5)
+        "Predictions from raw outputs: class ids (the argmax), 0/1 of a binary logit (after the prior correction where the task has one), scores clipped to the task's range"
+        raw, spec = raw.float(), get_task(task)
+        if spec.target == "class": return raw.argmax(-1)
+        if spec.target == "binary": return (raw + self.para_logit_bias > 0).long() if spec.prior_shift else (raw > 0).long()
+        return raw.clamp(spec.low, spec.high)
 
     @torch.no_grad()
     def predict(self, batch:dict) -> torch.Tensor:
@@ -208,9 +236,14 @@ def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", se
     def enc(t):
         ids = torch.randint(1, vocab, (B, t), generator=g); am = torch.ones(B, t, dtype=torch.long); am[0, t - 2:] = 0; ids[0, t - 2:] = 0
         return dict(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros(B, t, dtype=torch.long))
-    labels = {"sst": torch.randint(0, 5, (B,), generator=g), "cfimdb": torch.randint(0, 2, (B,), generator=g),
-              "para": torch.randint(0, 2, (B,), generator=g), "sts": torch.rand(B, generator=g) * 5}[task]
+    spec = get_task(task)
+    # the four draws every batch made before tasks were specs (5 classes, 2 classes, binary, a 0-5 score): the same batches for the same seed
+    five, two, binary, score = (torch.randint(0, 5, (B,), generator=g), torch.randint(0, 2, (B,), generator=g),
+                                torch.randint(0, 2, (B,), generator=g), torch.rand(B, generator=g) * 5)
+    if spec.target == "score": labels = spec.low + score * ((spec.high - spec.low) / 5)
+    elif spec.target == "binary": labels = binary
+    else: labels = {5: five, 2: two}.get(spec.num_labels) if spec.num_labels in (2, 5) else torch.randint(0, spec.num_labels, (B,), generator=g)
     b = dict(task=task, ids=[f"id{i}" for i in range(B)], labels=labels, a=enc(T))
-    if task in ("para", "sts") and pair_mode in ("bi", "both"): b["b"] = enc(T - 1)
-    if task in ("para", "sts") and pair_mode == "both": b["x"] = enc(2 * T - 1)   # the joint sequence
+    if spec.is_pair and pair_mode in ("bi", "both"): b["b"] = enc(T - 1)
+    if spec.is_pair and pair_mode == "both": b["x"] = enc(2 * T - 1)   # the joint sequence
     return b

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json, numbers, types
 from collections.abc import Mapping
 from pathlib import Path
+import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
@@ -16,13 +17,14 @@ from tqdm.auto import tqdm
 from fastcore.basics import patch
 from .core import *
 from .loaders import TaskDataset, make_loader
+from .data import TaskSpec, TASK_METRIC, get_task
 from .evaluate import predict_split
 from .pretrained import load_tokenizer, demo_similarity
 from .train import load_run, amp_dtype as run_amp_dtype   # the mixed-precision choice minbert_predict makes
 
 # %% auto #0
-__all__ = ['PROGRESS_MIN', 'SENTIMENT_TASKS', 'SENTIMENT_LABELS', 'check_texts', 'check_pairs', 'check_run_dir',
-           'check_batch_size', 'check_device', 'position_limit', 'Predictor', 'minbert_demo', 'ask_run']
+__all__ = ['PROGRESS_MIN', 'ASKS', 'check_texts', 'check_pairs', 'check_run_dir', 'check_batch_size', 'check_device',
+           'position_limit', 'Predictor', 'minbert_demo', 'ask_run']
 
 # %% ../nbs/21_predictor.ipynb #bc44b650
 PROGRESS_MIN = 1000   # inputs from which a progress bar is shown (progress=None); progress=True/False forces it
@@ -91,8 +93,8 @@ def check_run_dir(run_dir) -> Path:
     return run
 
 # %% ../nbs/21_predictor.ipynb #b5e1d11c
-SENTIMENT_TASKS = ("sst", "cfimdb")   # single-sentence classification tasks, in the order `sentiment` looks for them
-SENTIMENT_LABELS = {"sst": ("very negative", "negative", "neutral", "positive", "very positive"), "cfimdb": ("negative", "positive")}
+ASKS = dict(sentiment=("single", "class"), paraphrase=("pair", "binary"), similarity=("pair", "score"))   # what each question needs of a task
+_ONE_SENTENCE = TaskSpec("text", "single", "score")     # `embed`'s rows: one sentence, no label
 
 def check_batch_size(batch_size):
     "`batch_size` if it is None (the run's `eval_batch_size`) or a whole number >= 1, else a one-line error"
@@ -143,10 +145,13 @@ class Predictor:
         return (f"Predictor({self.run or 'in-memory model'}: tasks {','.join(self.tasks)}, pooling {self.model.cfg.pooling}, "
                 f"peft {self.cfg.peft}, {self.device}, {amp})")
 
-    def _task(self, kind:str, options) -> str:
+    def _task(self, kind:str) -> str:
+        "The model's task that answers question `kind` (`ASKS`): the first of its kind and target, built-in tasks first (SST before CFIMDB)"
+        want = ASKS[kind]
+        options = [t for t in TASK_METRIC if (get_task(t).kind, get_task(t).target) == want]
         t = next((t for t in options if t in self.tasks), None)
         if t is None: raise ValueError(f"{self.run or 'this model'} has no {kind} head: its tasks are {', '.join(self.tasks)}. "
-                                       f"Ask a run trained with {' or '.join(options)} among its --tasks.")
+                                       f"Ask a run trained with {' or '.join(options)} among its --tasks (a {' '.join(want)} task).")
         return t
 
     def predict_frame(self, task:str, s1:list, s2:list|None=None, progress:bool|None=None) -> pd.DataFrame:
@@ -162,7 +167,7 @@ class Predictor:
 @patch
 def sentiment(self:Predictor, texts, progress:bool|None=None) -> pd.DataFrame:
     "Sentiment of each of `texts`: `label` (SST: 0 very negative .. 4 very positive) and the class probabilities `prob_0`.."
-    texts, task = check_texts(texts, fn="sentiment"), self._task("sentiment", SENTIMENT_TASKS)
+    texts, task = check_texts(texts, fn="sentiment"), self._task("sentiment")
     out = self.predict_frame(task, texts, progress=progress)
     probs = torch.softmax(torch.tensor(out.filter(regex=r"^raw_\d+$").to_numpy()).float(), -1).numpy()   # (n, classes)
     return pd.DataFrame({"sentence": texts, "label": out.pred.astype(int).to_numpy(),
@@ -172,23 +177,43 @@ def sentiment(self:Predictor, texts, progress:bool|None=None) -> pd.DataFrame:
 @patch
 def paraphrase(self:Predictor, pairs, progress:bool|None=None) -> pd.DataFrame:
     "Whether each `(q1, q2)` of `pairs` is a duplicate: `label` (0/1, after the run's Quora prior correction) and its `prob`"
-    (a, b), task = check_pairs(pairs, fn="paraphrase"), self._task("paraphrase", ("para",))
+    (a, b), task = check_pairs(pairs, fn="paraphrase"), self._task("paraphrase")
     out = self.predict_frame(task, a, b, progress=progress)
-    prob = torch.sigmoid(torch.tensor(out.raw.to_numpy()).float() + self.model.para_logit_bias.float().cpu()).numpy()
+    bias = self.model.para_logit_bias.float().cpu() if get_task(task).prior_shift else 0.0
+    prob = torch.sigmoid(torch.tensor(out.raw.to_numpy()).float() + bias).numpy()
     return pd.DataFrame({"sentence1": a, "sentence2": b, "label": out.pred.astype(int).to_numpy(), "prob": prob})
 
 @patch
 def similarity(self:Predictor, pairs, progress:bool|None=None) -> pd.DataFrame:
-    "Semantic similarity of each `(s1, s2)` of `pairs`: `score` from 0 (unrelated) to 5 (the same meaning)"
-    (a, b), task = check_pairs(pairs, fn="similarity"), self._task("similarity", ("sts",))
+    "Semantic similarity of each `(s1, s2)` of `pairs`: `score` from 0 (unrelated) to 5 (the same meaning) for STS"
+    (a, b), task = check_pairs(pairs, fn="similarity"), self._task("similarity")
     out = self.predict_frame(task, a, b, progress=progress)
     return pd.DataFrame({"sentence1": a, "sentence2": b, "score": out.pred.to_numpy()})
+
+# %% ../nbs/21_predictor.ipynb #c9ba75f7
+@patch
+def predict(self:Predictor, task:str, inputs, progress:bool|None=None) -> pd.DataFrame:
+    "`task`'s answer for each of `inputs` (texts, or pairs for a pair task): `label` (class name) and `prob_<class>` per class, or `score`"
+    if task not in self.tasks: raise ValueError(f"predict({task!r}): this model has no {task} head; its tasks are {', '.join(self.tasks)}.")
+    spec = get_task(task)
+    if spec.is_pair: a, b = check_pairs(inputs, fn="predict")
+    else: a, b = check_texts(inputs, fn="predict"), None
+    out = self.predict_frame(task, a, b, progress=progress)
+    cols = {"sentence1": a, "sentence2": b} if spec.is_pair else {"sentence": a}
+    if spec.target == "score": return pd.DataFrame({**cols, "score": out.pred.to_numpy()})
+    if spec.target == "binary":
+        bias = self.model.para_logit_bias.float().cpu() if spec.prior_shift else 0.0
+        p1 = torch.sigmoid(torch.tensor(out.raw.to_numpy()).float() + bias).numpy()
+        probs = np.stack([1 - p1, p1], 1)
+    else: probs = torch.softmax(torch.tensor(out.filter(regex=r"^raw_\d+$").to_numpy()).float(), -1).numpy()
+    idx = out.pred.astype(int).to_numpy()
+    return pd.DataFrame({**cols, "label": [spec.classes[i] for i in idx], **{f"prob_{c}": probs[:, j] for j, c in enumerate(spec.classes)}})
 
 # %% ../nbs/21_predictor.ipynb #edf060c7
 @patch(as_prop=True)
 def embed_task(self:Predictor) -> str:
-    "The task whose per-task modules `embed` uses by default: STS, else the run's first task"
-    return "sts" if "sts" in self.tasks else self.tasks[0]
+    "The task whose per-task modules `embed` uses by default: the first pair score (STS), else the run's first task"
+    return next((t for t in self.tasks if (get_task(t).kind, get_task(t).target) == ("pair", "score")), self.tasks[0])
 
 @patch
 def embed(self:Predictor, texts, task:str|None=None, normalize:bool=False, progress:bool|None=None) -> torch.Tensor:
@@ -196,7 +221,7 @@ def embed(self:Predictor, texts, task:str|None=None, normalize:bool=False, progr
     texts, task = check_texts(texts, fn="embed"), task or self.embed_task
     if task not in self.tasks: raise ValueError(f"embed(task={task!r}): this model has {', '.join(self.tasks)}; choose one of them.")
     df = pd.DataFrame({"id": [str(i) for i in range(len(texts))], "sentence1": texts})
-    dl = make_loader(TaskDataset(df, "sst", self.tok, self.max_length), self.batch_size)   # one sentence a row: SST's layout
+    dl = make_loader(TaskDataset(df, _ONE_SENTENCE, self.tok, self.max_length), self.batch_size)   # one sentence a row
     show = len(texts) >= PROGRESS_MIN if progress is None else progress
     out = []
     with torch.inference_mode():
@@ -224,14 +249,16 @@ def ask_run(run, a:str, b:str, device=None) -> dict:
     except (FileNotFoundError, ValueError, RuntimeError) as e: raise SystemExit(f"minbert_demo: {e}") from None
     print(f"{p}\na: {a}\nb: {b}")
     out = {}
-    if set(p.tasks) & set(SENTIMENT_LABELS):
-        s = p.sentiment([a, b]); names = SENTIMENT_LABELS["sst" if "sst" in p.tasks else "cfimdb"]
+    has = lambda kind: any((get_task(t).kind, get_task(t).target) == ASKS[kind] for t in p.tasks)
+    if has("sentiment"):
+        s = p.sentiment([a, b]); names = get_task(p._task("sentiment")).classes
         out["sentiment"] = s.label.tolist()
         for who, r in zip("ab", s.itertuples()):
             print(f"sentiment of {who}: {r.label} ({names[r.label]}, probability {getattr(r, f'prob_{r.label}'):.2f})")
-    if "para" in p.tasks:
+    if has("paraphrase"):
         q = p.paraphrase([(a, b)]).iloc[0]; out["paraphrase"] = int(q.label)
         print(f"paraphrase: {'yes' if q.label else 'no'} (probability {q.prob:.2f})")
-    if "sts" in p.tasks:
-        out["similarity"] = float(p.similarity([(a, b)]).score.iloc[0]); print(f"similarity: {out['similarity']:.2f} of 5")
+    if has("similarity"):
+        out["similarity"] = float(p.similarity([(a, b)]).score.iloc[0])
+        print(f"similarity: {out['similarity']:.2f} of {get_task(p._task('similarity')).high:g}")
     return out

@@ -355,8 +355,9 @@ def ablate_reproduce(results:str="results/ablate", report_out:str="results/repro
 
 # %% ../nbs/16e_reproduce.ipynb #4aff80e7
 _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, type, help), as `add_arg` takes them
-    "scale": (None, str, "tiny: a smoke test; quick: 240 steps a row (`table`'s default); short: 720 steps, the report's scale (a median "
-                         "of 15 min a row on CPU, SMART rows 42-49; `plan`'s and `reproduce`'s default); full: the papers' budgets"),
+    "scale": (None, str, "a budget in examples, each row at its paper's optimiser: tiny 48 (a smoke test); quick 7,680 (`table`'s "
+                         "default); short 23,040, 3 epochs of 7,680 (the report's scale, `plan`'s and `reproduce`'s default; 25-60 CPU "
+                         "minutes a row); full: the papers' budgets"),
     "out": (None, str, "output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again"),
     "rows": (None, str, "1-based rows to run, e.g. 1,3 (default: all)"),
     "backbone": (None, str, "backbone for every row (default: the embedded all-MiniLM-L6-v2)"),

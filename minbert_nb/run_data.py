@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 import pandas as pd
-from .data import TASKS, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir
+from .data import TASKS, get_task, load_split, read_task_file, read_sick, read_generic, data_files, find_data_dir
 from .loaders import TaskDataset
 from .data_cache import DataCache, tokenizer_fingerprint
 from .fetch import sha256_file
@@ -21,8 +21,8 @@ from .trees import SST_TREES, load_sst_trees, sst_trees_path, tree_phrases, chec
 from .config import TrainConfig
 
 # %% auto #0
-__all__ = ['QUORA_POSITIVES', 'SOURCES', 'read_extra', 'with_phrases', 'contrastive_pairs', 'DataSource', 'run_files',
-           'data_inputs', 'build_data']
+__all__ = ['QUORA_POSITIVES', 'SOURCES', 'extra_path', 'read_extra', 'with_phrases', 'contrastive_pairs', 'DataSource',
+           'run_files', 'data_inputs', 'build_data']
 
 # %% ../nbs/08d_run_data.ipynb #ae1e16b2
 def _limit(df:pd.DataFrame, n:int|None, seed:int) -> pd.DataFrame:
@@ -36,16 +36,30 @@ def _extra(cfg:TrainConfig, name:str) -> Path:
 
 QUORA_POSITIVES = "quora-extra-positives.csv"   # extra/: 13,279 Quora duplicates (the implied pairs' graph, the contrastive pairs)
 
-def read_extra(spec:dict, skip_bad_rows:bool=False) -> pd.DataFrame:
-    "Read one `extra_train` entry: `task`, `path`, `columns` (ours -> the file's), optional `sep` and `label_range`"
+def extra_path(spec:dict, data_dir=None) -> Path:
+    "An `extra_train` entry's file: `path` as given, or with `root: data` inside the data folder (as the reports' extra data sets)"
+    return find_data_dir(data_dir)/spec["path"] if spec.get("root") == "data" else Path(spec["path"])
+
+def _balanced(df:pd.DataFrame, n:int, seed:int) -> pd.DataFrame:
+    "`n` rows of `df`, as many of each label as it has (up to an equal share each), drawn with `seed`"
+    k = df.label.nunique(); per = -(-n // k)
+    out = df.groupby("label", group_keys=False).apply(lambda g: g.sample(min(len(g), per), random_state=seed))
+    out = out.sample(min(n, len(out)), random_state=seed).reset_index(drop=True); out.attrs = df.attrs
+    return out
+
+def read_extra(spec:dict, skip_bad_rows:bool=False, data_dir=None, seed:int=0) -> pd.DataFrame:
+    """Read one `extra_train` entry: `task`, `path`, `columns` (ours -> the file's), optional `sep`, `label_range`, `root`
+    ('data': `path` is inside the data folder) and `limit` (that many rows, the same number of each label: seed 000's
+    "15k (evenly distributed) entries")"""
     miss = [k for k in ("task", "path", "columns") if k not in spec]
     if miss: raise ValueError(f"extra_train entry {spec}: missing key(s) {miss}; expected task, path, columns (and optional sep, label_range).")
     lt = None
     if spec.get("label_range"):                  # map [lo, hi] of the file linearly onto the task's label range
         lo, hi = spec["label_range"]; t = TASKS[spec["task"]]
         lt = lambda v: t.low + (v - lo) * (t.high - t.low) / (hi - lo)
-    return read_generic(spec["path"], spec["task"], spec["columns"], sep=spec.get("sep"), label_transform=lt,
-                        skip_bad_rows=skip_bad_rows, id_prefix=spec.get("id_prefix", Path(spec["path"]).stem + "-"))
+    df = read_generic(extra_path(spec, data_dir), spec["task"], spec["columns"], sep=spec.get("sep"), label_transform=lt,
+                      skip_bad_rows=skip_bad_rows, id_prefix=spec.get("id_prefix", Path(spec["path"]).stem + "-"))
+    return _balanced(df, int(spec["limit"]), seed) if spec.get("limit") else df
 
 def with_phrases(df:pd.DataFrame, cfg:TrainConfig) -> tuple:
     "SST training rows `df` followed by the training trees' phrases; returns the rows and the loader's `pool`"
@@ -88,7 +102,7 @@ def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
             if not p.is_file(): raise FileNotFoundError(f"{p}: not found; contrastive_sources names quora-positives. Point --data_dir at "
                                                         "a folder whose extra/ has it, or leave it out of --contrastive_sources.")
             parts.append(read_task_file(p, "para", labelled=True).query("label == 1"))
-        elif src in train: parts.append(train[src][train[src].label >= (4.0 if src == "sts" else 1)])
+        elif src in train: parts.append(train[src][train[src].label >= get_task(src).positive_at])
     if not parts: raise ValueError(f"contrastive_sources={cfg.contrastive_sources!r} gives no pairs with tasks {cfg.tasks}.")
     df = pd.concat([p[["id", "sentence1", "sentence2"]] for p in parts], ignore_index=True)
     key = [tuple(sorted((a.lower(), b.lower()))) for a, b in zip(df.sentence1, df.sentence2)]
@@ -138,8 +152,9 @@ SOURCES = (   # in the order they join a task's rows (the implied pairs last: ev
     DataSource("sst_phrases", "sst", _phrases, lambda c, t: [sst_trees_path(c.data_dir)], read=_check_trees,
                after=lambda c, rows: with_phrases(rows, c), record=lambda rows: {"sst_train_phrases": rows.attrs["phrases"]},
                settings=_phrase_settings),
-    DataSource("extra_train", None, lambda c: bool(c.extra_train), lambda c, t: [Path(e["path"]) for e in _entries(c, t) if "path" in e],
-               read=lambda c, t, rows: [read_extra(e, c.skip_bad_rows) for e in _entries(c, t)]),
+    DataSource("extra_train", None, lambda c: bool(c.extra_train), lambda c, t: [extra_path(e, c.data_dir) for e in _entries(c, t) if "path" in e],
+               read=lambda c, t, rows: [read_extra(e, c.skip_bad_rows, c.data_dir, c.seed) for e in _entries(c, t)],
+               seeded=True),                  # `limit` draws its rows with the run's seed
     DataSource("quora_implied", "para", lambda c: bool(c.quora_implied),
                lambda c, t: [_extra(c, QUORA_POSITIVES), *(data_files(c.data_dir)["para"][s] for s in ("dev", "test"))],
                read=lambda c, t, rows: [_quora_implied(c, rows)], record=lambda rows: {"para_implied": {k: rows.attrs[k] for k in _IMPLIED_FACTS}},
@@ -177,6 +192,8 @@ def _task_rows(cfg:TrainConfig, t:str, split:str, files:dict) -> tuple:
 
 def _task_data(cfg:TrainConfig, tokenizer, t:str, split:str, files:dict, train_rows:dict):
     "Task `t`'s `TaskDataset` of `split` (None for a test file that is not there); what it read goes into `files`"
+    spec = get_task(t)
+    if spec.files is not None and split not in spec.files: return None   # a declared task without this split (often test)
     try: df, paths, sources = _task_rows(cfg, t, split, files)
     except FileNotFoundError as e:
         if split == "test": warnings.warn(str(e)); return None
@@ -228,7 +245,8 @@ def data_inputs(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
     settings = dict(splits=list(splits), tasks=list(cfg.tasks), modes=modes, max_length=cfg.max_length,
                     pair_swap=cfg.pair_swap and any(m in ("cross", "both") for m in modes.values()),
                     train_limit=cfg.train_limit, dev_limit=cfg.dev_limit, seed=cfg.seed if seeded else None, skip_bad_rows=cfg.skip_bad_rows,
-                    contrastive_sources=cfg.contrastive_sources if _contrastive(cfg, splits) else None)
+                    contrastive_sources=cfg.contrastive_sources if _contrastive(cfg, splits) else None,
+                    specs={t: get_task(t).as_dict() for t in cfg.tasks if get_task(t).files is not None})   # a declared task's labels depend on its spec
     for src in SOURCES: settings.update(src.key_settings(cfg))
     return dict(files=files, settings=settings, tokenizer=tokenizer_fingerprint(tokenizer), code=_data_code())
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch.utils.data import RandomSampler
+from .data import CS224N_TASKS
 
 # %% auto #0
 __all__ = ['SCHEDULE_KINDS', 'SAMPLED_KINDS', 'task_probs', 'annealed_alpha', 'ScheduleConfig', 'TaskSchedule', 'plan_summary',
@@ -52,7 +53,7 @@ class ScheduleConfig:
     steps_per_epoch: int|None = None     # None: the kind's natural epoch length; seed 000 fixes 2400 steps
     upweight: dict|None = None           # sampled kinds: extra factor w_i on p_i (seed 002: SST/STS x2, x4, x8)
     alpha: float|None = None             # kind='custom' only: fixed exponent, p_i ∝ N_i**alpha
-    anchor: str|None = "sst"             # simultaneous: an epoch is one pass over this task (seed 004); None = the largest
+    anchor: str|None = CS224N_TASKS[0]   # SST; simultaneous: an epoch is one pass over this task (seed 004); None = the largest
     sequential_epochs: dict|None = None  # sequential: {task: epochs} run task after task (seed 004); None = within each epoch
     seed: int = 11711                    # with the epoch, seeds each plan, so all DDP ranks and a resumed run agree
 

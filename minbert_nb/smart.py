@@ -11,13 +11,14 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from .step import LossTerm, StepContext
+from .data import get_task
 
 # %% auto #0
 __all__ = ['SMART_LOSS_KINDS', 'symmetric_kl', 'symmetric_kl_binary', 'smart_divergence', 'EmbeddingPerturbation', 'SmartTerm',
            'BregmanTerm']
 
 # %% ../nbs/08g_smart.ipynb #c59ae5aa
-SMART_LOSS_KINDS = {"sst": "kl", "cfimdb": "kl", "para": "binary_kl", "sts": "squared"}   # ℓ_s per task (heads' outputs)
+SMART_LOSS_KINDS = {"class": "kl", "binary": "binary_kl", "score": "squared"}   # ℓ_s per target of a task (its head's outputs)
 
 def symmetric_kl(p:torch.Tensor, q:torch.Tensor) -> torch.Tensor:
     "KL(P‖Q) + KL(Q‖P) of the softmax distributions of logits `p`, `q` (B, k), averaged over the batch"
@@ -31,8 +32,8 @@ def symmetric_kl_binary(a:torch.Tensor, b:torch.Tensor) -> torch.Tensor:
 
 def smart_divergence(task:str, p:torch.Tensor, q:torch.Tensor) -> torch.Tensor:
     "ℓ_s of `task`'s outputs `p`, `q`: symmetric KL (SST, CFIMDB: class logits; Quora: one logit), squared error (STS)"
-    kind = SMART_LOSS_KINDS.get(task)
-    if kind is None: raise KeyError(f"smart_divergence: no ℓ_s for task {task!r}; expected one of {list(SMART_LOSS_KINDS)}.")
+    try: kind = SMART_LOSS_KINDS[get_task(task).target]
+    except ValueError as e: raise KeyError(f"smart_divergence: no ℓ_s for task {task!r}: {e}") from None
     if kind == "kl": return symmetric_kl(p, q)
     if kind == "binary_kl": return symmetric_kl_binary(p, q)
     return (p.float() - q.float()).pow(2).mean()

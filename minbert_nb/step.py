@@ -13,6 +13,7 @@ from torch import nn
 import torch.nn.functional as F
 from .core import to_device
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss, cosent_loss
+from .data import get_task
 
 # %% auto #0
 __all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads', 'StepStats',
@@ -59,32 +60,35 @@ class LossTerm:
 
 # %% ../nbs/08b_step.ipynb #17e267a6
 class MNRLTerm(LossTerm):
-    "Seed 002: `weight` · MNRL (scale `scale`) over the positive pairs of a bi-encoder batch (para: label 1, sts: label ≥ 4)"
+    "Seed 002: `weight` · MNRL (scale `scale`) over the positive pairs of a bi-encoder batch (label ≥ the task's `positive_at`: Quora 1, STS 4)"
     name = "mnrl"
     def __init__(self, weight:float, scale:float=20.0): self.weight, self.scale = weight, scale
     def __call__(self, model, batch, out, ctx):
-        if out.v is None or batch["task"] not in ("para", "sts"): return None
+        at = get_task(batch["task"]).positive_at
+        if out.v is None or at is None: return None
         y = ctx.host_labels if ctx.host_labels is not None else batch["labels"].cpu()
-        pos = (y == 1) if batch["task"] == "para" else (y >= 4)
+        pos = y >= at
         if int(pos.sum()) < 2: return None
         idx = pos.nonzero().squeeze(1).to(out.u.device, non_blocking=True)
         return self.weight * mnrl_loss(out.u.index_select(0, idx).float(), out.v.index_select(0, idx).float(), scale=self.scale)
 
 class CoSENTTerm(LossTerm):
-    "`weight` · CoSENT (`08_losses`) on the cosines of an STS bi-encoder batch: the order of the pairs' similarities"
+    "`weight` · CoSENT (`08_losses`) on the cosines of a pair-score bi-encoder batch (STS): the order of the pairs' similarities"
     name = "cosent"
     def __init__(self, weight:float, scale:float=20.0): self.weight, self.scale = weight, scale
     def __call__(self, model, batch, out, ctx):
-        if out.v is None or batch["task"] != "sts": return None
+        spec = get_task(batch["task"])
+        if out.v is None or not (spec.is_pair and spec.target == "score"): return None
         cos = F.cosine_similarity(out.u.float(), out.v.float(), dim=-1)
         return self.weight * cosent_loss(cos, batch["labels"], self.scale)
 
 # %% ../nbs/08b_step.ipynb #a6df2120
 def base_loss(task:str, out, labels:torch.Tensor|None, contrastive_weight:float=1.0, mnrl_scale:float=20.0) -> torch.Tensor:
-    "The task's own loss on `out`: CE (SST/CFIMDB), BCE on the logit (Quora), MSE (STS; summed over `out.parts` when both encoders score it); weighted MNRL for a contrastive batch"
+    "The task's own loss on `out` (its spec's `loss_name`): CE for classes (SST, CFIMDB), BCE on the logit of a binary task (Quora), MSE for a score (STS; summed over `out.parts` when both encoders score it); weighted MNRL for a contrastive batch"
     if task == "contrastive": return contrastive_weight * mnrl_loss(out.u.float(), out.v.float(), scale=mnrl_scale)
-    if task in ("sst", "cfimdb"): return sst_loss(out.pred.float(), labels)
-    if task == "para": return para_loss(out.pred.float(), labels.float())
+    loss = get_task(task).loss_name
+    if loss == "cross_entropy": return sst_loss(out.pred.float(), labels)
+    if loss == "bce": return para_loss(out.pred.float(), labels.float())
     parts = getattr(out, "parts", None) or (out.pred,)       # pair_mode 'both': each encoder learns the gold score on its own
     return sum(sts_loss(p.float(), labels) for p in parts)
 

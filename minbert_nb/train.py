@@ -19,8 +19,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
-from .data import SCORE_KEYS, OVERALL_KEYS
-from .loaders import make_loader
+from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
+from .loaders import make_loader, TaskDataset
 from .multitask import MultitaskBert
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
@@ -37,8 +37,8 @@ from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'task_loss', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
-           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'RunProgress', 'Run', 'train', 'score_dev',
-           'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
+           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'predict_file', 'RunProgress', 'Run', 'train',
+           'score_dev', 'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
 
 # %% ../nbs/09_train.ipynb #383ab808
 def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
@@ -59,7 +59,7 @@ def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1, previous=None)
         terms.append(DistillTerm(TeacherTargets(teachers, model, cfg.distill_temp), cfg.distill_weight))
     if cfg.mnrl_weight: terms.append(MNRLTerm(cfg.mnrl_weight, cfg.mnrl_scale))
     if cfg.sts_cosent:
-        if model.cfg.mode_of("sts") == "cross":
+        if any(get_task(t).target == "score" and model.cfg.mode_of(t) == "cross" for t in model.cfg.tasks if get_task(t).is_pair):
             raise ValueError("--sts_cosent ranks the cosines of STS's two sentence vectors: STS must be read as a bi-encoder "
                              "(pair_modes sts 'bi' or 'both'), not 'cross'.")
         terms.append(CoSENTTerm(cfg.sts_cosent))
@@ -109,6 +109,8 @@ def amp_dtype(cfg:TrainConfig, device) -> torch.dtype|None:
 _amp_dtype = amp_dtype   # its name before it was public
 
 def _score(m:dict) -> float:
+    "What picks the best epoch: the mean over every task's primary metric when a declared task is scored, else CS224N's overall, else the mean of the scores"
+    if MEAN_KEY in m: return m[MEAN_KEY]
     if "overall" in m: return m["overall"]
     keys = [k for k in m if k.endswith(("_acc", "_corr"))]
     return float(np.mean([m[k] for k in keys])) if keys else float("nan")
@@ -170,6 +172,21 @@ def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("t
             written[f"{t}-{split}"] = write_predictions(df, t, prediction_path(run, t, split))
             write_raw(df, t, raw_path(run, t, split))      # the raw outputs beside it (for ensembles, 15_ensemble)
     return written
+
+def predict_file(model, cfg:TrainConfig, tok, run, device, task:str, path, amp_dtype=None) -> dict:
+    """Predict `task` for every row of any file `path` (CSV, TSV or JSON Lines with the task's columns, a label optional),
+    into `run/predictions/{task}-{file name}-output.csv` (and its raw outputs)"""
+    spec, path = get_task(task), Path(path)
+    if task not in model.cfg.tasks: raise ValueError(f"--task {task}: the run has no {task} head; its tasks are {', '.join(model.cfg.tasks)}.")
+    cols = spec.columns or {**dict(zip(spec.text_cols, spec.file_text_cols)), "label": spec.label_col}   # a built-in task: CS224N's names
+    cols = {k: v for k, v in cols.items() if k != "id"}
+    df = read_generic(path, spec, cols, sep=spec.sep, allow_missing_labels=True, labelled=None)
+    mode = model.cfg.mode_of(task)
+    ds = TaskDataset(df, spec, tok, cfg.max_length, pair_mode="bi" if mode == "single" else mode, swap=model.cfg.pair_swap)
+    out = predict_split(model, make_loader(ds, cfg.eval_batch_size), device, amp_dtype)
+    name = path.name.split(".")[0]
+    write_raw(out, task, raw_path(run, task, name))
+    return {f"{task}-{name}": write_predictions(out, task, prediction_path(run, task, name))}
 
 # %% ../nbs/09_train.ipynb #384a1da1
 @dataclasses.dataclass
@@ -279,15 +296,17 @@ def _model(self:Run):
     if cfg.compile: self.fwd = compile_forward(self.fwd, model, cfg)
     if self.init_from is not None and not self.resume and not cfg.from_pretrained:
         model.load_state_dict(load_checkpoint(self.init_from)["model"])   # a previous phase's weights (from_pretrained: start again)
-    self.bias, self.train_prior = _para_bias(train.get("para"), cfg.para_prior)
+    self.prior_task = next((t for t in cfg.tasks if get_task(t).prior_shift), None)   # Quora: the task whose logit --para_prior corrects
+    self.bias, self.train_prior = _para_bias(train.get(self.prior_task), cfg.para_prior)
     model.para_logit_bias.fill_(self.bias)
     fresh = not self.resume and (self.init_from is None or cfg.from_pretrained)   # a later phase keeps the prefixes it was given
     if fresh and "prefix" in model.peft.methods and cfg.prefix_init != "random":     # seed 000: prefixes from real batches
         first = {t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()}
-        if cfg.prefix_init == "hidden-sst":                                          # "the first batch of SST data", for every task
-            if "sst" not in first: raise ValueError("prefix_init='hidden-sst' sets every task's prefixes from SST's first training "
-                                                    "batch, and this run does not train SST; use prefix_init='hidden'.")
-            first = {t: first["sst"] for t in first}
+        if cfg.prefix_init.startswith("hidden-"):                                    # "the first batch of SST data", for every task
+            src = cfg.prefix_init.removeprefix("hidden-")
+            if src not in first: raise ValueError(f"prefix_init={cfg.prefix_init!r} sets every task's prefixes from {src}'s first training "
+                                                  f"batch, and this run does not train {src}; use prefix_init='hidden'.")
+            first = {t: first[src] for t in first}
         model.init_prefixes(first)
     self.counts = model.param_report()
 
@@ -420,9 +439,9 @@ def _evaluate(self:Run) -> tuple:
         m, preds = evaluate(model, self.dev_dl, self.device, self.amp_dtype, progress=self.progress)
         self.eval_time = time.time() - t
         weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if ema is not None else None
-    if "para" in preds and self.bias:
-        lab = preds["para"].dropna(subset=["label"])
-        m["para_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
+    if self.prior_task in preds and self.bias:
+        lab = preds[self.prior_task].dropna(subset=["label"])
+        m[f"{self.prior_task}_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
     return m, preds, raw_m, weights
 
 @patch

@@ -97,7 +97,7 @@ H = "\tid\tsentence\tsentiment\n"
 OK = "0\ta1\tA fine film .\t3\n1\ta2\tDull .\t1\n"
 BAD = [  # (name, body, line, reason)
     ("missing_col", "\tid\tsentence\n0\ta1\tFine .\n", 1, "missing column 'sentiment'"),
-    ("bad_label", H + OK + "2\ta3\tMeh .\tgood\n", 4, "label 'good' is not a number"),
+    ("bad_label", H + OK + "2\ta3\tMeh .\tgood\n", 4, "label 'good' is not one of the classes of task sst"),
     ("half_label", H + OK + "2\ta3\tMeh .\t2.5\n", 4, "label '2.5' is not a whole class number"),
     ("range", H + OK + "2\ta3\tMeh .\t7\n", 4, "label '7' is outside 0..4 for task sst"),
     ("no_label", H + OK + "2\ta3\tMeh .\t\n", 4, "no label (the label field is empty)"),

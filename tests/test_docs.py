@@ -58,7 +58,7 @@ SHOT_PAGES = ("index.html", "analysis.html", "losses.html")   # analysis.html (1
 
 SECTIONS = ["Start here", "Model and optimizer", "Data", "Heads and parameter-efficient modules", "Multitask model and training step",
             "Evaluation and multitask optimisation", "Training runs", "Experiments", "Using a trained model", "Benchmarks"]
-WALKTHROUGHS = {"19_reproduce_a_table", "20_inspect_a_model", "23_use_a_trained_model"}
+WALKTHROUGHS = {"19_reproduce_a_table", "20_inspect_a_model", "23_use_a_trained_model", "25_train_your_own_tasks"}
 START_HERE = {"guide"} | WALKTHROUGHS   # the guide (every command and option) first, then the walkthroughs
 MACHINE_PATH = re.compile(r"(?<![\w.~:/])/(?:work|tmp|home|root|Users|private|var/folders|mnt|opt/conda)/|[\w/]+/site-packages/")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from minbert_nb import Predictor
-from minbert_nb.predictor import SENTIMENT_LABELS
+from minbert_nb.data import get_task
 from minbert_nb.multitask import ModelConfig, MultitaskBert
 from minbert_nb.config import preset_config
 from minbert_nb.train import train
@@ -104,5 +104,5 @@ def test_progress_bar_and_demo(run, p, capsys):
     p.sentiment(["a", "b"]); assert capsys.readouterr().err == ""                 # short inputs: no bar
     out = minbert_demo.main(["--run", str(run), "--device", "cpu", "--a", "How do I learn Python?", "--b", "Where is Lisbon?"])
     text = capsys.readouterr().out
-    assert set(out) == {"sentiment", "paraphrase", "similarity"} and SENTIMENT_LABELS["sst"][out["sentiment"][0]] in text
+    assert set(out) == {"sentiment", "paraphrase", "similarity"} and get_task("sst").classes[out["sentiment"][0]] in text
     assert "paraphrase: " in text and "similarity: " in text and "of 5" in text

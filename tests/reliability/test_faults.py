@@ -135,7 +135,7 @@ def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data):
     lines = f.read_text().splitlines(keepends=True); lines.insert(3, "99\tbadid\tA broken row .\tfive\n"); f.write_text("".join(lines))
     args = _args(tmp_path / "a", d) + ["--epochs", "1", "--steps_per_epoch", "2"]
     r = _cli(args); out, _ = r.communicate(timeout=TIMEOUT)
-    assert r.returncode != 0 and "ids-sst-train.csv:4: label 'five' is not a number" in out and "--skip-bad-rows" in out
+    assert r.returncode != 0 and "ids-sst-train.csv:4: label 'five' is not one of the classes of task sst" in out and "--skip-bad-rows" in out
     r = _cli(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"]); out, _ = r.communicate(timeout=TIMEOUT)
     assert r.returncode == 0, out
     assert "skipped 1 bad data row" in out

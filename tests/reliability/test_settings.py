@@ -136,7 +136,7 @@ def test_train_and_dev_limit_zero():
 
 
 def test_task_weight_keys_and_values():
-    with pytest.raises(ValueError, match="'qura' is not a task; expected keys among sst, cfimdb, para, sts"): TrainConfig(task_weights={"qura": 0.5})
+    with pytest.raises(ValueError, match="'qura' is not a task; expected keys among sst, para, sts, cfimdb, sick"): TrainConfig(task_weights={"qura": 0.5})
     with pytest.raises(ValueError, match="--task_weights .*para: expected a number >= 0"): TrainConfig(task_weights={"para": -1})
     with pytest.raises(ValueError, match="--upweight .*'quora' is not a task"): TrainConfig(sampler="sqrt", upweight={"quora": 2})
     assert TrainConfig(task_weights={"para": 0.5, "sts": 0}).task_weights == {"para": 0.5, "sts": 0}
