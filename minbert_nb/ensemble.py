@@ -88,7 +88,7 @@ def methods_of(task) -> tuple:
     return METHODS[get_task(task).target]
 
 def ensemble_tasks() -> list:
-    "Every task the library knows (built in and declared), in the order of their scores (`04_data.TASK_METRIC`)"
+    "Every task the library knows (built in and declared), in the order of their scores (04_data's TASK_METRIC)"
     return list(TASK_METRIC)
 
 def align_members(frames:list, paths:list) -> list:

@@ -104,7 +104,7 @@ def load_tasks(path) -> list:
     return specs
 
 def declare_tasks(specs:dict|None, where:str="task_specs") -> list:
-    "Register the tasks a saved run's config holds (`{name: fields}`, see `TaskSpec.as_dict`), so that its predictions, labels and model can be read"
+    "Register the tasks a saved run's config holds (`{name: fields}`, as TaskSpec's as_dict writes them), so that its predictions, labels and model can be read"
     out = []
     for name, d in (specs or {}).items():
         try: out.append(register_task(TaskSpec(name, **{k: v for k, v in d.items() if k != "name"})))

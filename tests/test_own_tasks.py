@@ -39,8 +39,10 @@ def test_command_line_declares_and_checks(task_file, tmp_path):
 
 
 @pytest.mark.parametrize("extra", [dict(smart_weight=1.0), dict(sampler="simultaneous", pcgrad=True), dict(peft="lora", mode="pretrain"),
+                                   dict(peft="dora,pal,prefix,adapter", mode="pretrain"), dict(sampler="annealed", steps_per_epoch=6),
+                                   dict(pair_mode="cross", pair_swap=True), dict(sts_head="cosine", mnrl_weight=0.5),
                                    dict(phases=[dict(name="pairs", tasks=["pairs"]), dict(name="all")])],
-                         ids=["smart", "pcgrad", "lora", "phases"])
+                         ids=["smart", "pcgrad", "lora", "peft-all", "annealed", "cross", "cosine-mnrl", "phases"])
 def test_methods_train_declared_tasks(task_file, tmp_path, extra):
     m = tiny(task_file, tmp_path/"run", **extra)
     assert {"tickets_acc", "tickets_f1", "nli_acc", "pairs_corr", "mean_primary"} <= set(m)

@@ -180,4 +180,4 @@ def test_seed000_prefixes_are_layer_inputs_from_the_first_sst_batch(tmp_path, sm
     bad = preset_config("quick", out=str(tmp_path/"q"), data_dir=str(small_data), tasks=("para",), peft="prefix", prefix_init="hidden-sst",
                         steps_per_epoch=1, batch_size=4, train_limit=8, dev_limit=8)
     r = Run(bad, progress=False).open(); r._data()
-    with pytest.raises(ValueError, match="does not train SST"): r._model()
+    with pytest.raises(ValueError, match="does not train sst"): r._model()
