@@ -106,3 +106,24 @@ def test_table_11_extra_data_rows_run_when_their_files_are_given(tmp_path, monke
     n = data["files"]["sst_train_rows"]
     assert n == min(len(sst), cfg.train_limit or 10**9) or n == len(sst) + 60   # 60 stand-in rows: all kept (15k asked, 12 a star)
     assert any("rotten_tomatoes" in p for p in data["files"]["sst_train"])
+
+
+def test_resume_of_a_declared_task_run_is_bit_identical(task_file, tmp_path, monkeypatch):
+    "Stopped by Ctrl-C in epoch 1 and resumed from its folder (its config declares the tasks again): the same weights as one go"
+    import signal
+    import minbert_nb.step as S
+    from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
+    from minbert_nb.config import config_from_args
+    import torch
+    tiny(task_file, tmp_path/"full", epochs=2, checkpoint_every=0)
+    calls, real = {"n": 0}, S.base_loss
+    def loss(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 5: os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **k)
+    monkeypatch.setattr(S, "base_loss", loss)
+    with pytest.raises(TrainingInterrupted): tiny(task_file, tmp_path/"cut", epochs=2, checkpoint_every=0)
+    monkeypatch.undo()
+    run_training(config_from_args(["--resume", str(tmp_path/"cut")]), progress=False, resume=True)
+    a, b = (load_checkpoint(tmp_path/r/"last.pt")["model"] for r in ("full", "cut"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
