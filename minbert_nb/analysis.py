@@ -91,7 +91,7 @@ def confusion(pred, gold, n:int) -> np.ndarray:
 
 def class_names(task) -> list:
     "`task`'s class names for a figure's ticks (its spec's, wrapped at 10 characters)"
-    return ["\n".join(textwrap.wrap(c, 10)) for c in get_task(task).classes]
+    return ["\n".join(textwrap.wrap(c, 10, break_long_words=False)) for c in get_task(task).classes]
 
 def plot_confusion(df:pd.DataFrame, task:str) -> "plt.Figure":
     "Row-normalised confusion matrix (with counts) and the gold vs predicted class distributions"
@@ -101,7 +101,7 @@ def plot_confusion(df:pd.DataFrame, task:str) -> "plt.Figure":
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(9.5, 3.8), gridspec_kw=dict(width_ratios=[1.1, 1]))
     sns.heatmap(norm, annot=np.array([[f"{norm[i, j]:.2f}\n({m[i, j]})" for j in range(n)] for i in range(n)]), fmt="", cmap="Blues",
                 vmin=0, vmax=1, xticklabels=names, yticklabels=names, ax=a1, cbar=False, annot_kws=dict(fontsize=7))
-    a1.set_xlabel("predicted"); a1.set_ylabel("gold"); a1.set_title(f"{task}: accuracy {np.trace(m) / m.sum():.3f} (n={m.sum()})", fontsize=9)
+    a1.tick_params(axis="y", labelrotation=0); a1.set_xlabel("predicted"); a1.set_ylabel("gold"); a1.set_title(f"{task}: accuracy {np.trace(m) / m.sum():.3f} (n={m.sum()})", fontsize=9)
     x = np.arange(n); w = 0.38
     a2.bar(x - w / 2, m.sum(1) / m.sum(), w, label="gold", color="0.6"); a2.bar(x + w / 2, m.sum(0) / m.sum(), w, label="predicted", color="tab:blue")
     a2.set_xticks(x, names, fontsize=8); a2.set_ylabel("share of dev rows"); a2.set_title("class distribution", fontsize=9); a2.legend(fontsize=8)
