@@ -7,7 +7,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/data.html.md"""
 # %% ../nbs/04_data.ipynb #2272318a
 from __future__ import annotations
 import csv, gzip, io, json, math, os, re, warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 import numpy as np
@@ -48,7 +48,7 @@ class TaskSpec:
     prior_shift: bool = False      # binary: correct the logit for a class prior that differs between training and use (Quora)
     positive_at: float|None = None # pairs: the label from which a pair is a positive (MNRL, contrastive pairs)
     pred_header: str|None = None   # prediction files' column header (CS224N's for its tasks)
-    source: str|None = None        # the task file that declared it (for messages)
+    source: str|None = field(default=None, compare=False)   # the task file that declared it (for messages; not part of the task)
 
     def __post_init__(self):
         where = f"task {self.name!r}" + (f" ({self.source})" if self.source else "")

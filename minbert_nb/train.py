@@ -338,6 +338,11 @@ def _step(self:Run):
     self.st.data_time_s = self.data_time   # this process's: a resumed run reads its data again
     if self.main: print(f"run {self.dir} | backbone {backbone_name(cfg.backbone)} | {device}" + (f" x {world} ranks" if world > 1 else "")
                         + f" | params {self.counts['total']:,} (trainable {self.counts['trainable']:,}) | schedule {self.sched}")
+    for t in cfg.tasks:                   # a declared pair score without a head of its own takes the model's (a preset's cosine): said
+        spec = get_task(t)
+        if self.main and spec.source and spec.head is None and spec.is_pair and spec.target == "score":
+            print(f"note: task {t} names no head; it takes the model's sts_head: {model.cfg.head_of(t)} (write head: regression or "
+                  f"head: cosine in {Path(spec.source).name} to choose)")
     self.wall0 = self.st.wall
     self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
                                  transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum,
