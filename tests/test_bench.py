@@ -1,6 +1,7 @@
 "The benchmark returns every figure, the FLOPs formula is right, and `minbert_bench` writes its JSON file"
 import json, os, subprocess, sys
 import pytest
+from datapaths import SAMPLE
 from minbert_nb.core import BertConfig, tiny_config
 from minbert_nb.bench import (bench_models, bench_mfu, model_flops_per_token, nonembedding_params, gpu_peak_bf16_flops,
                               time_interleaved, format_table)
@@ -11,7 +12,7 @@ KEYS = ["device", "backbone", "dtype", "batch_size", "seq_len", "threads", "torc
 
 @pytest.fixture(scope="module")
 def tiny_result():
-    return bench_models(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, device="cpu", warmup=1, reps=2)
+    return bench_models(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, device="cpu", warmup=1, reps=2, data_dir=str(SAMPLE))
 
 def test_bench_models_figures(tiny_result):
     r = tiny_result
@@ -28,7 +29,7 @@ def test_bench_models_figures(tiny_result):
 def test_bench_models_refuses_bad_input():
     with pytest.raises(ValueError, match="dtype"): bench_models(dtype="fp16", device="cpu")
     with pytest.raises(ValueError, match="vocab_size"):
-        bench_models(config=tiny_config(), batch_size=2, max_length=8, device="cpu", warmup=0, reps=1)
+        bench_models(config=tiny_config(), batch_size=2, max_length=8, device="cpu", warmup=0, reps=1, data_dir=str(SAMPLE))
 
 def test_interleaved_order():
     calls = []
@@ -52,7 +53,7 @@ def test_cli_writes_json(tmp_path):
     script.write_text("import sys\nfrom minbert_nb.bench import minbert_bench\nsys.exit(minbert_bench())\n")
     out = tmp_path / "bench.json"
     p = subprocess.run([sys.executable, str(script), "--batch-size", "2", "--max-length", "8", "--warmup", "0", "--reps", "1",
-                        "--threads", "1", "--device", "cpu", "--json", str(out)],
+                        "--threads", "1", "--device", "cpu", "--json", str(out), "--data_dir", str(SAMPLE)],
                        capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr[-2000:]   # the command returns None, so the exit status is 0
     r = json.loads(out.read_text())
