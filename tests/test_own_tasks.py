@@ -127,3 +127,15 @@ def test_resume_of_a_declared_task_run_is_bit_identical(task_file, tmp_path, mon
     run_training(config_from_args(["--resume", str(tmp_path/"cut")]), progress=False, resume=True)
     a, b = (load_checkpoint(tmp_path/r/"last.pt")["model"] for r in ("full", "cut"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_export_of_a_declared_task_run_in_every_format(task_file, tmp_path):
+    "A LoRA run of declared tasks goes to transformers, sentence-transformers and peft; its heads' description names the classes"
+    from minbert_nb.export import minbert_export
+    run = tmp_path/"lora"
+    tiny(task_file, run, peft="lora", mode="pretrain", sts_head="cosine")      # pairs names a head: it stays a regression
+    for fmt in ("hf", "sentence-transformers", "peft"):
+        res = minbert_export([str(run), str(tmp_path/fmt), "--format", fmt])
+        assert res["checked"]["max_abs_diff"] < 1e-4, (fmt, res["checked"])
+    heads = json.loads((tmp_path/"hf"/"minbert_heads.json").read_text())["tasks"]
+    assert heads["nli"]["classes"] == ["entailment", "neutral", "contradiction"] and "clipped to [0, 1]" in heads["pairs"]["predict"]
