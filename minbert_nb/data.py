@@ -15,10 +15,10 @@ import pandas as pd
 
 # %% auto #0
 __all__ = ['TARGETS', 'TARGET_HEADS', 'TARGET_LOSSES', 'TARGET_METRICS', 'FILE_SPLITS', 'SST_CLASSES', 'TASKS', 'CS224N_TASKS',
-           'TASK_METRIC', 'SCORE_KEYS', 'OVERALL_KEYS', 'MEAN_KEY', 'SPLITS', 'SICK_COLUMNS', 'TaskSpec', 'get_task',
-           'register_task', 'unregister_task', 'DataError', 'find_data_dir', 'sample_data_dir', 'has_full_data',
-           'data_or_sample', 'read_task_file', 'file_name', 'spec_file', 'task_files', 'data_files', 'load_split',
-           'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick', 'plain_or_gz', 'read_bytes']
+           'TASK_METRIC', 'SCORE_KEYS', 'OVERALL_KEYS', 'AS_BEFORE', 'MEAN_KEY', 'SPLITS', 'SICK_COLUMNS', 'TaskSpec',
+           'get_task', 'register_task', 'unregister_task', 'DataError', 'find_data_dir', 'sample_data_dir',
+           'has_full_data', 'data_or_sample', 'read_task_file', 'file_name', 'spec_file', 'task_files', 'data_files',
+           'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick', 'plain_or_gz', 'read_bytes']
 
 # %% ../nbs/04_data.ipynb #3648376d
 TARGETS = ("class", "binary", "score")   # k classes (softmax), two classes (one logit), or a number in a range
@@ -146,6 +146,7 @@ TASK_METRIC["sick"] = TASKS["sick"].metric_key
 SCORE_KEYS = [*TASK_METRIC.values(), "overall", "mean_primary"]   # the scores a run reports, in the order tables and figures show them
 OVERALL_KEYS = tuple(TASK_METRIC[t] for t in CS224N_TASKS)  # the three scores CS224N's overall averages (`08f_evaluate.overall_score`)
 _BUILT_IN = tuple(TASKS)
+AS_BEFORE = ("sst", "cfimdb", "para", "sts")   # the tasks whose runs report what they always did (no mean_primary): saved runs stay comparable
 MEAN_KEY = "mean_primary"               # a run with other tasks: the mean of each task's primary metric
 
 def get_task(task) -> TaskSpec:

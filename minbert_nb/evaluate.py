@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
-from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, _BUILT_IN
+from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, AS_BEFORE
 
 # %% auto #0
 __all__ = ['accuracy', 'pearson', 'macro_f1', 'spearman', 'overall_score', 'with_overall', 'predict_split', 'score_split',
@@ -56,11 +56,12 @@ def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     return (sst_acc + para_acc + (sts_corr + 1) / 2) / 3
 
 def with_overall(m:dict) -> dict:
-    """`m` (a dict of scores) with its `overall` set when it holds the three CS224N tasks' scores, and, when it holds a
-    declared task's score, `mean_primary`: the mean of every scored task's primary metric. The one place that rule is written"""
+    """`m` (a dict of scores) with its `overall` set when it holds the three CS224N tasks' scores, and, when it holds the
+    score of a task beyond SST, CFIMDB, Quora and STS (SICK, a declared one), `mean_primary`: the mean of every scored task's
+    primary metric. The one place that rule is written"""
     if all(k in m for k in OVERALL_KEYS): m["overall"] = overall_score(*(m[k] for k in OVERALL_KEYS))
     primary = {t.name: m[t.metric_key] for t in TASKS.values() if t.metric_key in m}
-    if any(t not in _BUILT_IN for t in primary): m[MEAN_KEY] = float(np.mean(list(primary.values())))
+    if any(t not in AS_BEFORE for t in primary): m[MEAN_KEY] = float(np.mean(list(primary.values())))
     return m
 
 # %% ../nbs/08f_evaluate.ipynb #f79367d6
