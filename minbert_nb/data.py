@@ -89,6 +89,7 @@ class TaskSpec:
         if unknown := [k for k in cols if k not in allowed]: bad("columns", unknown[0], f"keys among {allowed} (ours -> the file's)")
         object.__setattr__(self, "columns", {c: cols.get(c, c) for c in allowed if c != "id" or c in cols} if self.files is not None else (cols or None))
 
+    def __hash__(self): return hash((self.name, self.kind, self.target))   # its `files` and `columns` are dicts
     @property
     def is_pair(self) -> bool: return self.kind == "pair"
     @property
