@@ -395,13 +395,22 @@ def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> li
             per = lambda ts, share=1, b=None: _steps(budget[BUDGET] * share, b or cfg["batch_size"], len(ts) if cfg.get("sampler") == "simultaneous" else 1)
             if cfg.get("phases"):              # a simultaneous step takes a batch of every task: fewer steps, the same examples
                 cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET + (PHASE_SHARE,)},   # a contrastive phase: its own batch
-                                      steps_per_epoch=per(p.get("tasks", tasks), p.get(PHASE_SHARE, 1), _phase_batch(p, cfg))) for p in cfg["phases"]]
+                                      steps_per_epoch=per(p.get("tasks", tasks), p.get(PHASE_SHARE, 1), _phase_batch(p, cfg)),
+                                      **_phase_epochs(p, budget, cfg.get("epochs"))) for p in cfg["phases"]]
             elif "steps_per_epoch" not in row.scaled: cfg["steps_per_epoch"] = per(tasks)
         elif cfg.get("phases"): cfg["phases"] = [{k: v for k, v in p.items() if k != PHASE_SHARE} for p in cfg["phases"]]
         cfg.update({k: v for k, v in overrides.items() if v is not None})
         cfg["preset"] = f"{table.id}/{row.name}"
         out.append(cfg)
     return out
+
+def _phase_epochs(p:dict, budget:dict, run_epochs) -> dict:
+    """A phase that names its paper's epochs keeps their ratio as a row does (`_epochs`): one of the scale's epochs per 20 of
+    the paper's (written only where that differs from the run's epochs). Seed 002's 3 MNRL epochs before 60 multitask ones
+    become 3 and 9 at `short`, not 9 and 9"""
+    if "epochs" not in p: return {}
+    e = max(1, math.ceil(p["epochs"] / 20)) * budget.get("epochs", 1)
+    return {} if e == run_epochs else dict(epochs=e)
 
 def _phase_batch(p:dict, cfg:dict) -> int:
     "The examples a step of phase `p` of run `cfg` takes: its contrastive batch where it trains that objective alone (MNRL), else the run's batch"

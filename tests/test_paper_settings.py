@@ -76,3 +76,11 @@ def test_rows_of_a_table_see_the_same_examples():
         cfgs = row_configs(t, r, "short")
         if r.scaled or any(c.get("phases") for c in cfgs) or t.at_scale.get("short"): continue
         for c in cfgs: assert examples_seen(c) == 23_040, (t.id, r.name, examples_seen(c))
+
+def test_a_phase_keeps_its_papers_epochs_ratio():
+    "Seed 002's MNRL rows: 3 paper epochs of MNRL, then 60 multitask ones; at short 3 and 9 of the scale's epochs (23,040 + 69,120 examples)"
+    t = TABLES["002-T2"]
+    for name in ("full-model-mnrladddata3-anneal3600-60-1e-05-cos", "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"):
+        (c,) = row_configs(t, t.row(name), scale="short")
+        assert c["epochs"] == 9 and c["phases"][0]["epochs"] == 3 and "epochs" not in c["phases"][1], c["phases"]
+        assert examples_seen(c) == 23_040 + 69_120
