@@ -27,13 +27,17 @@ def accuracy(pred, gold) -> float:
     if len(pred) != len(gold) or len(pred) == 0: raise ValueError(f"accuracy needs equal, non-zero lengths; got {len(pred)} and {len(gold)}.")
     return float((pred == gold).mean())
 
+def _correlation(pred, gold, name:str) -> float:
+    "scipy's correlation `name` ('pearson' or 'spearman') of `pred` and `gold`, checked; 0 if either is constant"
+    pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
+    if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"{name} needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
+    if pred.std() == 0 or gold.std() == 0: return 0.0
+    import scipy.stats   # here, not at import: scipy.stats costs every process that imports this module 1 s
+    return float(getattr(scipy.stats, f"{name}r")(pred, gold)[0])
+
 def pearson(pred, gold) -> float:
     "Pearson correlation of `pred` and `gold` (0 if either is constant)"
-    pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
-    if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"pearson needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
-    if pred.std() == 0 or gold.std() == 0: return 0.0
-    from scipy.stats import pearsonr   # here, not at import: scipy.stats costs every process that imports this module 1 s
-    return float(pearsonr(pred, gold)[0])
+    return _correlation(pred, gold, "pearson")
 
 def macro_f1(pred, gold, k:int|None=None) -> float:
     "Unweighted mean over the classes `0..k-1` of each class's F1 (a class never predicted nor present counts 0, as scikit-learn's `zero_division=0`)"
@@ -45,11 +49,7 @@ def macro_f1(pred, gold, k:int|None=None) -> float:
 
 def spearman(pred, gold) -> float:
     "Spearman's rank correlation of `pred` and `gold` (0 if either is constant)"
-    pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
-    if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"spearman needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
-    if pred.std() == 0 or gold.std() == 0: return 0.0
-    from scipy.stats import spearmanr
-    return float(spearmanr(pred, gold)[0])
+    return _correlation(pred, gold, "spearman")
 
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     "CS224N leaderboard score: mean of SST acc, Quora acc and (STS r + 1) / 2"
