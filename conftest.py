@@ -5,6 +5,11 @@ output ("Unrun reference cell has outputs"). We number the code cells as nbval c
 the docs and readers, and `--nbval-lax` only checks that every cell runs. Cells flagged with nbdev's test flags
 (`#| notest`, `#| gpu`, see `tst_flags` in pyproject.toml) are skipped, exactly as `nbdev-test` skips them, and so is
 a notebook's closing `nbdev.nbdev_export()` (below).
+
+Stored outputs stay true: a cell marked `#| check_output` (a cell whose output is deterministic: a value, a table, a
+prediction) has its fresh output compared with the stored one, as nbval's strict mode does, and the test fails when they
+differ; `make nbs NB=nbs/X.ipynb` refreshes a notebook's outputs. The stored outputs were made with the full data, so the
+comparison is made only where the full data is found (and not in CI's no-data pass).
 """
 import os, re, shutil, tempfile
 from pathlib import Path
@@ -24,14 +29,37 @@ try:
 except ImportError:  # nbval not installed: notebooks are simply not collected
     IPyNbFile = None
 
+_CHECK = re.compile(r"^#\|\s*check_output\b", re.M)
+
+def _full_data_here() -> bool:
+    "Whether the notebooks read the full data in this run, as when their outputs were stored"
+    if os.environ.get("MINBERT_NODATA_PASS") == "1": return False
+    try:
+        from minbert_nb.data import find_data_dir, has_full_data
+        return has_full_data(find_data_dir())
+    except Exception: return False
+
 if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
     _collect = IPyNbFile.collect
     def collect(self):
+        check = None
         for item in _collect(self):
             if item.cell.get("execution_count") is None: item.cell.execution_count = item.cell_num + 1
             if _SKIP.search(item.cell.source) or _EXPORT.search(item.cell.source): item.options["skip"] = True
+            if _CHECK.search(item.cell.source):
+                if check is None: check = _full_data_here()
+                item.options["check"] = check
             yield item
     IPyNbFile.collect, IPyNbFile._minbert_patched = collect, True
+    from nbval.plugin import IPyNbCell
+    _repr_failure = IPyNbCell.repr_failure
+    def repr_failure(self, excinfo, *a, **k):
+        msg = _repr_failure(self, excinfo, *a, **k)
+        if "Cell outputs differ" in str(msg):
+            msg = (f"{msg}\n{self.path.name}, code cell {self.cell_num} (marked `#| check_output`): its stored output no longer matches "
+                   f"what it produces. If the change is intended, refresh the notebook's outputs: make nbs NB={os.path.relpath(self.path, ROOT)}")
+        return msg
+    IPyNbCell.repr_failure = repr_failure
 
 collect_ignore_glob = ["nbs/_proc/*", "_proc/*"]
 

@@ -144,8 +144,8 @@ def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
 
 def phase_key(pcfg:TrainConfig) -> str:
     """A phase's configuration as comparable text (`config_key`), less what that phase does not read: a contrastive-only phase
-    (seed 002's MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch);
-    a phase of one task (seed 004's Quora pretraining) has no second gradient for PCGrad to project against: `pcgrad` is plain training there"""
+    (Lee & Li (002)'s MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch);
+    a phase of one task (Wang (004)'s Quora pretraining) has no second gradient for PCGrad to project against: `pcgrad` is plain training there"""
     d = json.loads(config_key(asdict(pcfg)))
     if pcfg.contrastive_only and not ("prefix" in pcfg.peft and pcfg.prefix_init != "random"): d.pop("batch_size")
     if len(pcfg.tasks) == 1: d.pop("pcgrad")
@@ -154,7 +154,7 @@ def phase_key(pcfg:TrainConfig) -> str:
 def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
     """Phase `k` of another row's run at the same seed (`ROWS/*/K-NAME` beside this run, or in `after`, the run this one's
     earlier phases were copied from), finished with the same configuration (less what the phase does not read), on the same kind of device and
-    data folder, still holding the best.pt the next phase starts from; or None. Seed 002's two MNRL rows share their
+    data folder, still holding the best.pt the next phase starts from; or None. Lee & Li (002)'s two MNRL rows share their
     MNRL phase: the second row trains its multitask phase only"""
     pdir = Path(pcfg.out).resolve()
     if pdir.parent.parent.name != "rows" and after is None: return None

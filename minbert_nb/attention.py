@@ -10,11 +10,12 @@ import math
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['extended_attention_mask', 'to_mask_dtype', 'unpad_rows', 'pad_rows', 'BertSelfAttention', 'configure_sdpa',
-           'BertSelfOutput', 'BertAttention']
+__all__ = ['extended_attention_mask', 'to_mask_dtype', 'attention', 'BertSelfAttention', 'unpad_rows', 'pad_rows',
+           'configure_sdpa', 'BertSelfOutput', 'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -26,16 +27,15 @@ def to_mask_dtype(mask:torch.Tensor, dtype) -> torch.Tensor:
     "Additive `mask` in `dtype`, with its most-negative values clamped to `dtype`'s own (never `-inf`)"
     return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
 
-# %% ../nbs/01_attention.ipynb #ac8d5605
-def unpad_rows(x:torch.Tensor, idx:torch.Tensor) -> torch.Tensor:
-    "`(B, T, D)` -> `(N, D)`: the rows at the flat positions `idx` (the real tokens)"
-    return x.reshape(-1, x.shape[-1]).index_select(0, idx)
+# %% ../nbs/01_attention.ipynb #91161c1f
+def attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None, dropout:nn.Module|None=None):
+    "softmax(q kᵀ / √d + mask) v for `(B, nh, T, d)` queries and `(B, nh, T', d)` keys and values; returns (output, probabilities)"
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])       # (B, nh, T, T')
+    if mask is not None: scores = scores + mask                      # 0 where a key may be seen, very negative where not
+    probs = scores.softmax(dim=-1)
+    return (dropout(probs) if dropout is not None else probs) @ v, probs
 
-def pad_rows(x:torch.Tensor, idx:torch.Tensor, B:int, T:int) -> torch.Tensor:
-    "`(N, D)` -> `(B, T, D)`: the rows put back at the flat positions `idx`, zeros elsewhere"
-    return x.new_zeros(B * T, x.shape[-1]).index_copy(0, idx, x).view(B, T, -1)
-
-# %% ../nbs/01_attention.ipynb #93ae3dc0
+# %% ../nbs/01_attention.ipynb #c2b430d0
 class BertSelfAttention(nn.Module):
     "Multi-head self-attention with `query`/`key`/`value` projections named as in Hugging Face"
     def __init__(self, config:BertConfig):
@@ -48,71 +48,88 @@ class BertSelfAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
         self.attn_implementation = config.attn_implementation
 
+    def qkv(self, x:torch.Tensor) -> tuple:
+        "The three projections of `x` `(..., C)`, each `(..., C)`"
+        return self.query(x), self.key(x), self.value(x)
+
     def split_heads(self, x:torch.Tensor) -> torch.Tensor:
         "`(B, T, C)` -> `(B, nh, T, hs)`"
         B, T, C = x.shape
-        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)   # (B, nh, T, hs)
+        return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def train(self, mode:bool=True):
-        "Switching between training and evaluation drops the cached q/k/v weight (see `fused_qkv`)"
-        self._qkv_cache = None
-        return super().train(mode)
-
-    def fused_qkv(self) -> tuple:
-        """The three projections as one `(3C, C)` weight and `(3C,)` bias; kept between calls while no gradient is recorded.
-        The cache is dropped at every `train()`/`eval()` switch and when a parameter's version counter moves: PyTorch's
-        fused AdamW kernel updates parameters in place *without* bumping their version, so the counter alone would keep
-        evaluating with the q/k/v weights of the first evaluation (a bug we had; `tests/test_bert.py` checks it)."""
-        ps = (self.query.weight, self.key.weight, self.value.weight, self.query.bias, self.key.bias, self.value.bias)
-        if torch.is_grad_enabled() and any(p.requires_grad for p in ps):   # training: the concatenation is part of the graph
-            return torch.cat(ps[:3]), torch.cat(ps[3:])                   # (parameters keep Hugging Face's names)
-        try: key = tuple((p.data_ptr(), p._version, p.dtype) for p in ps)   # an in-place update (optimizer, load) bumps _version
-        except RuntimeError: return torch.cat(ps[:3]), torch.cat(ps[3:])   # inference tensors have no version counter
-        if (getattr(self, "_qkv_cache", None) or (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
-        return self._qkv_cache[1:]
-
-    def qkv(self, x:torch.Tensor, packed:tuple|None=None):
-        """Queries, keys and values `(B, nh, T, hs)`: one fused matmul when the three projections are plain `nn.Linear`s.
-        With `packed = (idx, B, T)`, `x` holds only the real tokens `(N, C)`: projected packed, then padded with zeros"""
-        if type(self.query) is type(self.key) is type(self.value) is nn.Linear:
-            w, b = self.fused_qkv()                                                   # (3C, C), (3C,)
-            qkv = F.linear(x, w, b)                                                   # (B, T, 3C) or (N, 3C)
-            if packed is not None: qkv = pad_rows(qkv, *packed)                       # (B, T, 3C)
-            B, T = qkv.shape[:2]
-            qkv = qkv.view(B, T, 3, self.num_heads, self.head_dim)                    # (B, T, 3, nh, hs)
-            return qkv.permute(2, 0, 3, 1, 4).unbind(0)                               # 3 x (B, nh, T, hs)
-        # an adapter (LoRA, ...) wraps a projection: call each module so that its extra path runs
-        ps = self.query(x), self.key(x), self.value(x)
-        if packed is not None: ps = [pad_rows(t, *packed) for t in ps]
-        return tuple(self.split_heads(t) for t in ps)
-
-    def forward(self, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
-                output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None):
-        """Attend over `hidden_states` (B, T, C), or its real tokens (N, C) with `packed = (idx, B, T)`; `attention_mask`
-        is additive (B, 1, 1, T). Returns (context, probs|None), context in the layout of `hidden_states`"""
-        C = hidden_states.shape[-1]
-        B, T = hidden_states.shape[:2] if packed is None else packed[1:]
-        q, k, v = self.qkv(hidden_states, packed)                        # (B, nh, T, hs) each
-        if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each
-            pk, pv = prefix_kv
-            k, v = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)  # (B, nh, P+T, hs)
-            if attention_mask is not None:                               # prefixes are always visible
-                pad = attention_mask.new_zeros(*attention_mask.shape[:-1], pk.shape[2])
-                attention_mask = torch.cat([pad, attention_mask], dim=-1)
+    def attend(self, q, k, v, attention_mask=None, output_attentions=False, prefix_kv=None):
+        "Heads `(B, nh, T, hs)` in, the merged context `(B, T, C)` and the probabilities (or None) out"
+        if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each, always visible
+            k, v = torch.cat([prefix_kv[0], k], dim=2), torch.cat([prefix_kv[1], v], dim=2)
+            if attention_mask is not None:
+                attention_mask = torch.cat([attention_mask.new_zeros(*attention_mask.shape[:-1], prefix_kv[0].shape[2]), attention_mask], -1)
         if attention_mask is not None and attention_mask.dtype != q.dtype:   # e.g. an fp32 mask, bf16 queries under autocast
             attention_mask = to_mask_dtype(attention_mask, q.dtype)
         if output_attentions or self.attn_implementation == "eager":
-            scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, T, T')
-            if attention_mask is not None: scores = scores + attention_mask
-            probs = scores.softmax(dim=-1)
-            y = self.dropout(probs) @ v                                  # (B, nh, T, hs)
+            y, probs = attention(q, k, v, attention_mask, self.dropout)
         else:
-            probs = None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask,
-                                               dropout_p=self.dropout_p if self.training else 0.0)
-        y = y.transpose(1, 2).reshape(B, T, C)                           # (B, T, C): heads merged
-        if packed is not None: y = unpad_rows(y, packed[0])              # (N, C): the real tokens again
-        return y, (probs if output_attentions else None)
+            y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask,
+                                                      dropout_p=self.dropout_p if self.training else 0.0), None
+        B, nh, T, hs = y.shape
+        return y.transpose(1, 2).reshape(B, T, nh * hs), (probs if output_attentions else None)
+
+    def forward(self, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
+                output_attentions:bool=False, prefix_kv:tuple|None=None):
+        "Attend over `hidden_states` `(B, T, C)` with an additive `attention_mask` `(B, 1, 1, T)`; returns (context, probs|None)"
+        q, k, v = (self.split_heads(t) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
+        return self.attend(q, k, v, attention_mask, output_attentions, prefix_kv)
+
+# %% ../nbs/01_attention.ipynb #c6e06c67
+@patch
+def fused_qkv(self:BertSelfAttention) -> tuple:
+    """The three projections as one `(3C, C)` weight and `(3C,)` bias; kept between calls while no gradient is recorded.
+    The cache is dropped at every `train()`/`eval()` switch and when a parameter's version counter moves: PyTorch's
+    fused AdamW kernel updates parameters in place *without* bumping their version, so the counter alone would keep
+    evaluating with the q/k/v weights of the first evaluation (a bug we had; `tests/test_bert.py` checks it)."""
+    ps = (self.query.weight, self.key.weight, self.value.weight, self.query.bias, self.key.bias, self.value.bias)
+    if torch.is_grad_enabled() and any(p.requires_grad for p in ps):   # training: the concatenation is part of the graph
+        return torch.cat(ps[:3]), torch.cat(ps[3:])
+    try: key = tuple((p.data_ptr(), p._version, p.dtype) for p in ps)   # an in-place update (optimizer, load) bumps _version
+    except RuntimeError: return torch.cat(ps[:3]), torch.cat(ps[3:])   # inference tensors have no version counter
+    if (getattr(self, "_qkv_cache", None) or (None,))[0] != key: self._qkv_cache = (key, torch.cat(ps[:3]), torch.cat(ps[3:]))
+    return self._qkv_cache[1:]
+
+@patch
+def train(self:BertSelfAttention, mode:bool=True):
+    "Switching between training and evaluation drops the cached q/k/v weight (see `fused_qkv`)"
+    self._qkv_cache = None
+    return nn.Module.train(self, mode)
+
+@patch
+def qkv(self:BertSelfAttention, x:torch.Tensor) -> tuple:
+    "The three projections of `x` `(..., C)`: one fused matmul when all three are plain `nn.Linear`s, else each module"
+    if not (type(self.query) is type(self.key) is type(self.value) is nn.Linear):
+        return self.query(x), self.key(x), self.value(x)               # an adapter's extra path runs
+    w, b = self.fused_qkv()                                             # (3C, C), (3C,)
+    return F.linear(x, w, b).chunk(3, dim=-1)                           # 3 x (..., C)
+
+# %% ../nbs/01_attention.ipynb #ac8d5605
+def unpad_rows(x:torch.Tensor, idx:torch.Tensor) -> torch.Tensor:
+    "`(B, T, D)` -> `(N, D)`: the rows at the flat positions `idx` (the real tokens)"
+    return x.reshape(-1, x.shape[-1]).index_select(0, idx)
+
+def pad_rows(x:torch.Tensor, idx:torch.Tensor, B:int, T:int) -> torch.Tensor:
+    "`(N, D)` -> `(B, T, D)`: the rows put back at the flat positions `idx`, zeros elsewhere"
+    return x.new_zeros(B * T, x.shape[-1]).index_copy(0, idx, x).view(B, T, -1)
+
+# %% ../nbs/01_attention.ipynb #881a566f
+_padded_forward = BertSelfAttention.forward
+
+@patch
+def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
+            output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None):
+    """Attend over `hidden_states` `(B, T, C)`, or its real tokens `(N, C)` with `packed = (idx, B, T)`: projected packed,
+    padded for attention, packed again. Returns (context, probs|None), context in the layout of `hidden_states`"""
+    if packed is None: return _padded_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv)
+    idx, B, T = packed
+    q, k, v = (self.split_heads(pad_rows(t, idx, B, T)) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
+    y, probs = self.attend(q, k, v, attention_mask, output_attentions, prefix_kv)
+    return unpad_rows(y, idx), probs                                     # (N, C): the real tokens again
 
 # %% ../nbs/01_attention.ipynb #5bb4a122
 def configure_sdpa(device, cudnn:bool=False) -> dict:

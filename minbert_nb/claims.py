@@ -209,7 +209,7 @@ claim("004-T2-surgery", "Gradient surgery does not help on top of SMART and pret
 claim("004-T2-pretrain-sst", "Further pretraining on Quora also helps SST (+0.020)", "004-T2", "5.4.1 Model Comparison", "sst_acc",
       "Concat+SMART+Pretrain", "Concat+SMART*", +1, note=_PRE.format("phase", "the simultaneous"))
 def _t3_rows(smart_weight) -> tuple:
-    "Seed 004's Table 3 rows at SMART weight λ_s = `smart_weight`, one per dropout value"
+    "Wang (004)'s Table 3 rows at SMART weight λ_s = `smart_weight`, one per dropout value"
     return tuple(f"Concat+SMART+Pretrain / λ_s={smart_weight} / dropout={d}" for d in (0.1, 0.2, 0.3, 0.4, 0.5))
 
 claim("004-T3-lambda5", "SMART weight 5 beats weight 1 (mean over the five dropout values)", "004-T3", "5.4.2 Parameter Tuning & Ensemble Result",

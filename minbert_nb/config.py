@@ -93,7 +93,7 @@ class TrainConfig(ModelConfig):
     bucket: bool = False             # length-bucketed batches (less padding)
     train_limit: int|None = None     # use at most this many training rows per task (quick runs)
     dev_limit: int|None = None       # evaluate on at most this many dev rows per task (quick runs); None = full dev
-    sick: bool = False               # add SICK 2014 train to STS (seed 000, Table 11)
+    sick: bool = False               # add SICK 2014 train to STS (Liu & Shen (000), Table 11)
     extra_train: list|None = None    # more training files, no code: [{"task": "sts", "path": "x.tsv", "columns": {...}, "sep": "\t", "label_range": [1, 5]}]
     sst_phrases: bool|str = False    # SST also trains on the labelled phrases of the training trees (extra/sst-trees/train.txt, 04b_trees);
                                      # "auto": when the data folder has the trees, else on the sentences alone (recorded in the run)
@@ -106,7 +106,7 @@ class TrainConfig(ModelConfig):
     cache: bool = True               # keep the tokenized data on disk ($MINBERT_CACHE, default ~/.cache/minbert_nb) and reuse it; false = read the files every run
     # --- task schedule (see 07_samplers)
     sampler: str = "round_robin"     # round_robin | proportional | sqrt | annealed | sequential | simultaneous
-    steps_per_epoch: int|None = None # None = the sampler's natural epoch; seed 000 uses 2400
+    steps_per_epoch: int|None = None # None = the sampler's natural epoch; Liu & Shen (000) uses 2400
     upweight: dict|None = None       # sampled kinds: extra factor per task, e.g. {"sst": 2, "sts": 2}
     epochs: int = 3
     # --- optimisation
@@ -127,8 +127,8 @@ class TrainConfig(ModelConfig):
     sdpa_cudnn: bool = False         # CUDA: let attention use cuDNN's SDPA kernel (it builds an execution plan per new shape; 01_attention)
     # --- losses
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}
-    mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (seed 002)
-    mnrl_scale: float = 20.0         # seed 002's scale (also the contrastive objective's)
+    mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (Lee & Li (002))
+    mnrl_scale: float = 20.0         # Lee & Li (002)'s scale (also the contrastive objective's)
     sts_cosent: float = 0.0          # add CoSENT (a ranking loss on the STS cosines, scale 20) with this weight; needs STS as a bi-encoder
     contrastive_weight: float = 0.0  # MNRL on batches of positive pairs through the shared encoder, added to every contrastive_every-th step
     contrastive_sources: str = "quora-positives,para,sts"  # extra/quora-extra-positives.csv, Quora training duplicates, STS training pairs >= 4
@@ -136,7 +136,7 @@ class TrainConfig(ModelConfig):
     contrastive_every: int = 1       # a contrastive batch every k steps
     para_prior: float|None = None    # correct Quora predictions to this positive rate (prior shift; see below)
     # --- multitask optimisation (see 08b_step, 08g_smart, 08h_pcgrad)
-    smart_weight: float = 0.0        # SMART smoothness-inducing regulariser lambda_s (0 = off; seed 004: 1 or 5)
+    smart_weight: float = 0.0        # SMART smoothness-inducing regulariser lambda_s (0 = off; Wang (004): 1 or 5)
     smart_eps: float = 0.02          # SMART: radius of the perturbation of the embedding output (infinity norm per coordinate)
     smart_step: float = 0.02         # SMART: step size eta of each normalised ascent step
     smart_iters: int = 1             # SMART: ascent steps K
@@ -155,7 +155,7 @@ class TrainConfig(ModelConfig):
     sync_every: int|None = None      # read the losses and finiteness flags from the device every k steps; None = 1 on CPU, 50 on CUDA
     # --- training phases (see 14_phases)
     phases: list|str|None = None     # a JSON list of phases (or a file holding one): each a dict of fields that differ, plus "name"
-    contrastive_only: bool = False   # train on the contrastive batches alone (an MNRL phase, seed 002); needs contrastive_weight > 0
+    contrastive_only: bool = False   # train on the contrastive batches alone (an MNRL phase, Lee & Li (002)); needs contrastive_weight > 0
     model_tasks: tuple|None = None   # heads to build when they differ from `tasks` (phases train some tasks of a model with more)
     # --- output
     predict_test: bool = True        # write test-set predictions at the end
@@ -260,14 +260,14 @@ PRESETS = {
                   sampler="proportional", steps_per_epoch=720, epochs=1, batch_size=32, max_length=64, bucket=True,
                   lr_backbone=5e-5, lr_heads=1e-3, train_limit=None, dev_limit=None, warmup=0.1, para_prior=0.369,
                   sst_phrases="auto", phrase_min_tokens=5, phrases_per_epoch=8544, predict_test=False),
-    # The CS224N baseline (seed 003 / starter): [CLS], linear heads, (u, v) features, round-robin down-sampled
+    # The CS224N baseline (Chan (003) / starter): [CLS], linear heads, (u, v) features, round-robin down-sampled
     "baseline": dict(pooling="cls", head_layers=1, pair_features="uv", sts_head="features", pair_mode="bi",
                      sampler="round_robin", epochs=10, batch_size=8, lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
-    # Seed 000: Sentence-BERT: mean pooling, (u, v, |u-v|), 2-layer heads, annealed sampling, 2400 steps/epoch, Noam
+    # Liu & Shen (000): Sentence-BERT: mean pooling, (u, v, |u-v|), 2-layer heads, annealed sampling, 2400 steps/epoch, Noam
     "sbert": dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="features", pair_mode="bi",
                   sampler="annealed", steps_per_epoch=2400, epochs=25, batch_size=16, lr_backbone=1e-5, lr_heads=1e-4,
                   schedule="noam", warmup=0.1),
-    # Seed 004: cross-encoder pairs ([CLS] a [SEP] b [SEP]), simultaneous schedule, summed losses
+    # Wang (004): cross-encoder pairs ([CLS] a [SEP] b [SEP]), simultaneous schedule, summed losses
     "cross": dict(pooling="cls", head_layers=1, pair_mode="cross", sampler="simultaneous", epochs=10, batch_size=8,
                   lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3),
     # Strongest single model on the offline data (embedded MiniLM, quora-extra-train): see the closing notes / README
@@ -278,13 +278,13 @@ PRESETS = {
                          sst_phrases=True, phrase_min_tokens=5, phrases_per_epoch=8544, quora_extra_2=True,
                          contrastive_weight=1.0, contrastive_batch=64, contrastive_every=4),
 }
-# Part 1 of the project (seeds 000/003): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
+# Part 1 of the project (Liu & Shen (000) and Chan (003)): one sentiment task alone; "pretrain" trains only the head on a frozen BERT
 for _t in ("sst", "cfimdb"):
     PRESETS[f"{_t}-pretrain"] = dict(tasks=(_t,), mode="pretrain", pooling="cls", epochs=10, batch_size=64 if _t == "sst" else 8,
                                      lr_heads=1e-3, hidden_dropout=0.3, bucket=True, schedule="constant", warmup=0)
     PRESETS[f"{_t}-finetune"] = dict(tasks=(_t,), mode="finetune", pooling="cls", epochs=10, batch_size=64 if _t == "sst" else 8,
                                      lr_backbone=1e-5, lr_heads=1e-5, hidden_dropout=0.3, bucket=True, schedule="constant", warmup=0)
-# Seed 000, Table 4: backbone (Base BERT: [CLS], 2-layer heads; Sentence-BERT: mean pooling, cosine STS mapped as seeds 000
+# Liu & Shen (000), Table 4: backbone (Base BERT: [CLS], 2-layer heads; Sentence-BERT: mean pooling, cosine STS mapped as Liu & Shen (000)
 # and 002 do, (cos + 1) * 5/2, i.e. cosine_floor -1) x adaptation x mode,
 # at a scale that runs in minutes on 2 CPU cores with the embedded backbone (the quick preset's budget); the seed's sizes
 _T4_SCALE = dict(sampler="proportional", steps_per_epoch=240, epochs=1, batch_size=32, max_length=64, bucket=True, train_limit=8000,
@@ -296,31 +296,31 @@ for _b, _bk in _T4_BACKBONES.items():
         for _m in ("pretrain", "finetune"):
             PRESETS[f"000-t4-{_b}-{_a}-{_m}"] = dict(_T4_SCALE, **_bk, peft=_a, mode=_m, lr_backbone=5e-5,
                                                      pal_size=204, prefix_len=10, prefix_init="hidden-sst", prefix_kind="input", adapter_size=64)
-# Seed 002: LoRA / DoRA, r 16, alpha 32 on query and value, lr 2e-4, linear schedule, annealed sampling with SST/STS up-weighted;
+# Lee & Li (002): LoRA / DoRA, r 16, alpha 32 on query and value, lr 2e-4, linear schedule, annealed sampling with SST/STS up-weighted;
 # only the low-rank modules and the heads train (the CPU scale of the Table 4 presets)
 for _p in ("lora", "dora"):
     PRESETS[f"002-{_p}"] = dict(_T4_SCALE, **_T4_BACKBONES["sbert"], peft=_p, mode="pretrain", lora_r=16, lora_alpha=32.0,
                                 lora_targets="query,value", lr_adapters=2e-4, schedule="linear", sampler="annealed",
                                 upweight={"sst": 2, "sts": 2})
 # Multitask optimisation at the quick budget (the closing table of the optimisation issue): every task in every step
-# (simultaneous, as seed 004), 240 steps = the quick preset's 720 task batches, gradient conflicts measured every 20 steps.
+# (simultaneous, as Wang (004)), 240 steps = the quick preset's 720 task batches, gradient conflicts measured every 20 steps.
 # Each row changes one thing; the phase rows keep the same 720 batches (240 in the first phase, 160 x 3 in the second)
 _OPT = dict(PRESETS["quick"], sampler="simultaneous", steps_per_epoch=240, grad_conflicts=True, grad_conflicts_every=20)
 PRESETS.update({
     "opt-base": _OPT,
-    "opt-smart1": dict(_OPT, smart_weight=1.0),                 # seed 004, Table 3: lambda_s 1 and 5
+    "opt-smart1": dict(_OPT, smart_weight=1.0),                 # Wang (004), Table 3: lambda_s 1 and 5
     "opt-smart5": dict(_OPT, smart_weight=5.0),
-    "opt-pcgrad": dict(_OPT, pcgrad=True),                      # seeds 003, 004
-    "opt-para-pre": dict(_OPT, phases=[dict(name="quora", tasks=["para"], steps_per_epoch=240, grad_conflicts=False),   # seeds 003, 004
+    "opt-pcgrad": dict(_OPT, pcgrad=True),                      # Chan (003), Wang (004)
+    "opt-para-pre": dict(_OPT, phases=[dict(name="quora", tasks=["para"], steps_per_epoch=240, grad_conflicts=False),   # Chan (003), Wang (004)
                                        dict(name="multitask", steps_per_epoch=160)]),
-    "opt-mnrl-pre": dict(_OPT, contrastive_sources="quora-positives,para,sts",                                              # seed 002
+    "opt-mnrl-pre": dict(_OPT, contrastive_sources="quora-positives,para,sts",                                              # Lee & Li (002)
                          phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32,
                                       steps_per_epoch=240, grad_conflicts=False),
                                  dict(name="multitask", steps_per_epoch=160)]),
     # born-again distillation (08i_distill): best-offline, then a fresh best-offline student taught by it (about twice the time)
     "best-offline-distill": dict(PRESETS["best-offline"], phases=[dict(name="teacher"),
                                  dict(name="student", from_pretrained=True, distill_from="previous", distill_weight=1.0, distill_temp=2.0)]),
-    # the seeds' own budgets, for a GPU: seed 004's one epoch of Quora before simultaneous training
+    # the seeds' own budgets, for a GPU: Wang (004)'s one epoch of Quora before simultaneous training
     "cross-para-pre": dict(PRESETS["cross"], phases=[dict(name="quora", tasks=["para"], epochs=1), dict(name="multitask")]),
 })
 GPU_PRESETS = {"sbert-bert-base": dict(PRESETS["sbert"], backbone="bert-base-uncased")}

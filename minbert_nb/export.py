@@ -53,7 +53,7 @@ def check_exportable(cfg, fmt:str, where:str="this run"):
                           "prediction, so nothing was written. No export format carries these modules: use the run folder itself "
                           "(minbert_nb.Predictor.from_run, minbert_predict). Runs with LoRA/DoRA alone export to every format.")
     if getattr(cfg, "task_pooling", None) or getattr(cfg, "cosine_proj", False):
-        raise ExportError(f"{where} has seed 003's heads (task_pooling={cfg.task_pooling}, cosine_proj={cfg.cosine_proj}): a pooling of "
+        raise ExportError(f"{where} has Chan (003)'s heads (task_pooling={cfg.task_pooling}, cosine_proj={cfg.cosine_proj}): a pooling of "
                           "its own for some task, or a projection before the STS cosine. The exported heads file describes one pooling "
                           "and a plain cosine, so nothing was written; use the run folder itself (minbert_nb.Predictor.from_run, minbert_predict).")
     if fmt == "peft" and not methods:

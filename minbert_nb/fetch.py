@@ -31,7 +31,7 @@ CS224N_SHA256 = {
     "sts-test-student.csv":        "dee455745b72e9ca3ff74e7c056bd73e34bad5b8d5641045a2c1e7e131866f47",
 }
 UNPINNED_FILES = ("quora-train.csv", "quora-test-student.csv")   # no pinned hash: checked by layout and row count instead
-# What a file without a pin must look like: its task, whether it has labels, and the range of its data-row count. Seeds 000
+# What a file without a pin must look like: its task, whether it has labels, and the range of its data-row count. Liu & Shen (000)
 # and 003 give 141,506 rows and 141,498 usable pairs for quora-train.csv; the test file's size is not published.
 UNPINNED_CHECKS = {"quora-train.csv": dict(task="para", labelled=True, rows=(141_498, 141_506)),
                    "quora-test-student.csv": dict(task="para", labelled=False, rows=(1, 10**6))}

@@ -39,7 +39,7 @@ class ClassifierHead(nn.Module):
 
 # %% ../nbs/05_heads.ipynb #94b83ad2
 class SentenceProjection(nn.Module):
-    "A linear layer and tanh over a sentence vector (sentence-transformers' `Dense`): seed 003's STS network before the cosine"
+    "A linear layer and tanh over a sentence vector (sentence-transformers' `Dense`): Chan (003)'s STS network before the cosine"
     def __init__(self, n:int):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(n, n), nn.Tanh())
@@ -50,7 +50,7 @@ class SentenceProjection(nn.Module):
 PAIR_FEATURES = {"sum": 1, "uv": 2, "uvd": 3, "uvdp": 4}   # name -> width multiple of the embedding
 
 def pair_features(u:torch.Tensor, v:torch.Tensor, kind:str="uvd") -> torch.Tensor:
-    "Features of a sentence pair: `sum`=u+v (seed 002's baseline), `uv`=(u,v), `uvd`=(u,v,|u-v|), `uvdp`=(u,v,|u-v|,u*v)"
+    "Features of a sentence pair: `sum`=u+v (Lee & Li (002)'s baseline), `uv`=(u,v), `uvd`=(u,v,|u-v|), `uvdp`=(u,v,|u-v|,u*v)"
     if kind not in PAIR_FEATURES: raise ValueError(f"pair features {kind!r} unknown; expected one of {list(PAIR_FEATURES)}.")
     if kind == "sum": return u + v
     parts = [u, v] + ([(u - v).abs()] if kind != "uv" else []) + ([u * v] if kind == "uvdp" else [])

@@ -56,7 +56,7 @@ def cosine_scores(u:torch.Tensor, v:torch.Tensor, low:float=0.0, high:float=5.0,
 
 def cosine_loss(u:torch.Tensor, v:torch.Tensor, labels:torch.Tensor, low:float=0.0, high:float=5.0,
                 min_cos:float=-1.0) -> torch.Tensor:
-    "Seed 002's cosine-similarity loss: MSE between `cosine_scores(u, v, ...)` and `labels` in [`low`, `high`]"
+    "Lee & Li (002)'s cosine-similarity loss: MSE between `cosine_scores(u, v, ...)` and `labels` in [`low`, `high`]"
     return sts_loss(cosine_scores(u, v, low, high, min_cos), labels)
 
 # %% ../nbs/08_losses.ipynb #2f65549b

@@ -34,9 +34,9 @@ class ModelConfig(PeftConfig):
     task_file: str|None = None       # a YAML/JSON task file (`04f_task_files`): its tasks are declared before `tasks` is checked
     task_specs: dict|None = None     # the declared tasks' specs {name: fields} (filled from task_file; a saved run declares them again)
     pooling: str = "cls"             # cls | pooler | mean
-    task_pooling: dict|None = None   # per-task override, e.g. {"sts": "mean"} (seed 003: mean for STS, [CLS] for the others)
+    task_pooling: dict|None = None   # per-task override, e.g. {"sts": "mean"} (Chan (003): mean for STS, [CLS] for the others)
     head_layers: int = 1             # 1 or 2
-    task_head_layers: dict|None = None  # per-task override, e.g. {"para": 2} (seed 003: two layers for Quora, one for SST)
+    task_head_layers: dict|None = None  # per-task override, e.g. {"para": 2} (Chan (003): two layers for Quora, one for SST)
     head_dropout: float = 0.1
     hidden_dropout: float|None = None  # backbone dropout override (CS224N default 0.3; None keeps the checkpoint's 0.1)
     attention_dropout: float|None = None  # attention-probability dropout override (None keeps the checkpoint's)
@@ -45,7 +45,7 @@ class ModelConfig(PeftConfig):
     pair_features: str = "uv"        # sum | uv | uvd | uvdp
     sts_head: str = "features"       # features | cosine
     cosine_floor: float = -1.0       # cosine head: cos value that maps to STS 0 (-1 seeds, 0 sentence-transformers)
-    cosine_proj: bool = False        # cosine head: a linear layer and tanh over each sentence vector before the cosine (seed 003)
+    cosine_proj: bool = False        # cosine head: a linear layer and tanh over each sentence vector before the cosine (Chan (003))
     mode: str = "finetune"           # finetune | pretrain (backbone frozen; PEFT modules and heads train)
     pair_swap: bool = False          # cross-encoder pairs: train on both sentence orders, predict the mean over both
     random_init: bool = False        # the backbone's architecture with random weights (no checkpoint needed; for --dry_run)

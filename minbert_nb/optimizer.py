@@ -12,12 +12,13 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ADAPTER_PREFIXES', 'SCHEDULES', 'AdamW', 'default_group', 'param_groups', 'layer_decay_scale', 'warmup_steps',
            'linear_schedule', 'noam_schedule', 'constant_schedule', 'make_scheduler']
 
-# %% ../nbs/03_optimizer.ipynb #cb7897cc
+# %% ../nbs/03_optimizer.ipynb #73b82527
 class AdamW(Optimizer):
     "AdamW with decoupled weight decay; `correct_bias=False` skips bias correction; `fused` (the default) one kernel, `foreach` multi-tensor ops"
     def __init__(self, params:Iterable, lr:float=1e-3, betas:tuple=(0.9, 0.999), eps:float=1e-6,
@@ -35,28 +36,6 @@ class AdamW(Optimizer):
             state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
             state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
         return state
-
-    @torch.no_grad()
-    def step(self, closure:Callable|None=None):
-        "One update of every parameter that has a gradient"
-        loss = None
-        if closure is not None:
-            with torch.enable_grad(): loss = closure()
-        for group in self.param_groups:
-            ps = [p for p in group["params"] if p.grad is not None]
-            if not ps: continue                                  # e.g. the heads of the tasks this step did not train
-            if any(p.grad.is_sparse for p in ps): raise RuntimeError("AdamW does not support sparse gradients; use torch.optim.SparseAdam.")
-            dict(fused=self._step_fused, foreach=self._step_foreach, single=self._step_single)[self._path(group, ps)](group, ps)
-        return loss
-
-    def _path(self, group, ps) -> str:
-        if self._use_fused(group, ps): return "fused"
-        foreach = group.get("foreach") if group.get("foreach") is not None else all(p.is_cuda for p in ps)
-        return "foreach" if foreach else "single"
-
-    def path(self, group:dict) -> str:
-        "Which update `step` runs for `group`: 'fused' (one kernel), 'foreach' (multi-tensor ops) or 'single' (the readable loop)"
-        return self._path(group, list(group["params"]))
 
     def _bias_corrections(self, group, t):
         b1, b2 = group["betas"]
@@ -76,54 +55,92 @@ class AdamW(Optimizer):
             denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
             p.addcdiv_(m, denom, value=-lr / bc1)
 
-    def _step_foreach(self, group, ps):
-        "The same update on all tensors of the group at once (`torch._foreach_*`: far fewer kernel launches)"
-        if not ps: return
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        states = [self._init_state(p) for p in ps]
-        gs, ms, vs = [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
-        for s in states: s["step"] += 1
-        bcs = [self._bias_corrections(group, s["step"]) for s in states]
-        if wd != 0: torch._foreach_mul_(ps, 1 - lr * wd)
-        torch._foreach_lerp_(ms, gs, 1 - b1)
-        torch._foreach_mul_(vs, b2); torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
-        denom = torch._foreach_sqrt(vs)
-        torch._foreach_div_(denom, [math.sqrt(bc2) for _, bc2 in bcs]); torch._foreach_add_(denom, eps)
-        torch._foreach_addcdiv_(ps, ms, denom, [-lr / bc1 for bc1, _ in bcs])
-    def _use_fused(self, group, ps) -> bool:
-        "Fused by default (on CPU and CUDA), when the kernel exists and the group allows it"
-        fused = group.get("fused")
-        ok = (bool(ps) and hasattr(torch, "_fused_adamw_") and group["correct_bias"] and len({(p.device, p.dtype) for p in ps}) == 1
-              and ps[0].dtype in (torch.float32, torch.bfloat16, torch.float16) and ps[0].device.type in ("cpu", "cuda"))
-        if fused and not ok: raise RuntimeError("AdamW(fused=True) needs correct_bias=True and every parameter of a group on one device "
-                                                "with one float dtype; use fused=False.")
-        return ok if fused else (fused is None and ok)
+    def path(self, group:dict) -> str:
+        "Which update `step` runs for `group`: here always 'single', the readable loop (the fast paths are patched in below)"
+        return "single"
 
-    def _device_steps(self, ps, states) -> list:
-        """Each parameter's step count as a tensor on its device, which the fused kernel reads. Kept between steps and
-        incremented there, so a step copies nothing from the host (on a GPU, such a copy would wait for the device); made
-        again from the integer `state['step']` when that moved without them (a loaded state dict)"""
-        cache = self.__dict__.setdefault("_step_t", {})
-        out = []
-        for p, s in zip(ps, states):
-            n, t = cache.get(id(p), (None, None))
-            if n != s["step"] or t is None or t.device != p.device: t = torch.tensor(float(s["step"]), device=p.device)
-            out.append(t)
-        torch._foreach_add_(out, 1.0)
-        for p, s, t in zip(ps, states, out): s["step"] += 1; cache[id(p)] = (s["step"], t)
-        return out
+    @torch.no_grad()
+    def step(self, closure:Callable|None=None):
+        "One update of every parameter that has a gradient"
+        loss = None
+        if closure is not None:
+            with torch.enable_grad(): loss = closure()
+        for group in self.param_groups:
+            ps = [p for p in group["params"] if p.grad is not None]
+            if not ps: continue                                  # e.g. the heads of the tasks this step did not train
+            if any(p.grad.is_sparse for p in ps): raise RuntimeError("AdamW does not support sparse gradients; use torch.optim.SparseAdam.")
+            getattr(self, f"_step_{self._path(group, ps)}")(group, ps)
+        return loss
 
-    def _step_fused(self, group, ps):
-        "The same update in one fused kernel (PyTorch's `_fused_adamw_`): one pass over memory instead of six"
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        states = [self._init_state(p) for p in ps]
-        steps = self._device_steps(ps, states)
-        torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
-                            lr=lr, beta1=b1, beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+    def _path(self, group, ps) -> str: return "single"
 
-    def __getstate__(self):   # the device step counters are a cache: not pickled, rebuilt from state['step']
-        d = super().__getstate__(); d.pop("_step_t", None); return d
+# %% ../nbs/03_optimizer.ipynb #3d27c109
+@patch
+def _step_foreach(self:AdamW, group, ps):
+    "The same update on all tensors of the group at once (`torch._foreach_*`: far fewer kernel launches)"
+    if not ps: return
+    lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    states = [self._init_state(p) for p in ps]
+    gs, ms, vs = [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states]
+    for s in states: s["step"] += 1
+    bcs = [self._bias_corrections(group, s["step"]) for s in states]
+    if wd != 0: torch._foreach_mul_(ps, 1 - lr * wd)
+    torch._foreach_lerp_(ms, gs, 1 - b1)
+    torch._foreach_mul_(vs, b2); torch._foreach_addcmul_(vs, gs, gs, value=1 - b2)
+    denom = torch._foreach_sqrt(vs)
+    torch._foreach_div_(denom, [math.sqrt(bc2) for _, bc2 in bcs]); torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(ps, ms, denom, [-lr / bc1 for bc1, _ in bcs])
 
+# %% ../nbs/03_optimizer.ipynb #d6944f65
+@patch
+def _use_fused(self:AdamW, group, ps) -> bool:
+    "Fused by default (on CPU and CUDA), when the kernel exists and the group allows it"
+    fused = group.get("fused")
+    ok = (bool(ps) and hasattr(torch, "_fused_adamw_") and group["correct_bias"] and len({(p.device, p.dtype) for p in ps}) == 1
+          and ps[0].dtype in (torch.float32, torch.bfloat16, torch.float16) and ps[0].device.type in ("cpu", "cuda"))
+    if fused and not ok: raise RuntimeError("AdamW(fused=True) needs correct_bias=True and every parameter of a group on one device "
+                                            "with one float dtype; use fused=False.")
+    return ok if fused else (fused is None and ok)
+
+@patch
+def _device_steps(self:AdamW, ps, states) -> list:
+    """Each parameter's step count as a tensor on its device, which the fused kernel reads. Kept between steps and
+    incremented there, so a step copies nothing from the host (on a GPU, such a copy would wait for the device); made
+    again from the integer `state['step']` when that moved without them (a loaded state dict)"""
+    cache = self.__dict__.setdefault("_step_t", {})
+    out = []
+    for p, s in zip(ps, states):
+        n, t = cache.get(id(p), (None, None))
+        if n != s["step"] or t is None or t.device != p.device: t = torch.tensor(float(s["step"]), device=p.device)
+        out.append(t)
+    torch._foreach_add_(out, 1.0)
+    for p, s, t in zip(ps, states, out): s["step"] += 1; cache[id(p)] = (s["step"], t)
+    return out
+
+@patch
+def _step_fused(self:AdamW, group, ps):
+    "The same update in one fused kernel (PyTorch's `_fused_adamw_`): one pass over memory instead of six"
+    lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    states = [self._init_state(p) for p in ps]
+    steps = self._device_steps(ps, states)
+    torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
+                        lr=lr, beta1=b1, beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+
+@patch
+def _path(self:AdamW, group, ps) -> str:
+    "fused where the kernel applies (the default), else foreach (the default on CUDA) or the readable loop"
+    if self._use_fused(group, ps): return "fused"
+    foreach = group.get("foreach") if group.get("foreach") is not None else all(p.is_cuda for p in ps)
+    return "foreach" if foreach else "single"
+
+@patch
+def path(self:AdamW, group:dict) -> str:
+    "Which update `step` runs for `group`: 'fused' (one kernel), 'foreach' (multi-tensor ops) or 'single' (the readable loop)"
+    return self._path(group, list(group["params"]))
+
+@patch
+def __getstate__(self:AdamW):   # the device step counters are a cache: not pickled, rebuilt from state['step']
+    d = Optimizer.__getstate__(self); d.pop("_step_t", None); return d
 
 # %% ../nbs/03_optimizer.ipynb #ea4354c9
 ADAPTER_PREFIXES = ("lora_", "adapter_", "pal_", "prefix_")

@@ -79,17 +79,17 @@ class PeftConfig:
     """Which PEFT modules to attach, and their sizes. The one declaration of these settings: `ModelConfig` (`06_multitask`)
     extends it and `TrainConfig` (`08c_config`) extends that, so a run's settings *are* the model's PEFT settings"""
     peft: str = "none"               # none | pal | prefix | adapter | lora | dora, or a comma list such as lora,prefix
-    pal_size: int = 204              # PAL width s (seed 000); a multiple of pal_heads
+    pal_size: int = 204              # PAL width s (Liu & Shen (000)); a multiple of pal_heads
     pal_heads: int|None = 6          # PAL: heads of its attention g (Bert-n-Pals: 6); null = the backbone's head count
-    prefix_len: int = 10             # prefix tuning: virtual tokens per layer (seed 000)
-    prefix_kind: str = "kv"          # kv: free keys and values per layer (Li & Liang, peft) | input: hidden vectors read by each layer's own key/value projections (seed 000)
-    prefix_init: str = "random"      # random | hidden (from each task's first training batch) | hidden-sst (every task's from SST's first batch, seed 000)
+    prefix_len: int = 10             # prefix tuning: virtual tokens per layer (Liu & Shen (000))
+    prefix_kind: str = "kv"          # kv: free keys and values per layer (Li & Liang, peft) | input: hidden vectors read by each layer's own key/value projections (Liu & Shen (000))
+    prefix_init: str = "random"      # random | hidden (from each task's first training batch) | hidden-sst (every task's from SST's first batch, Liu & Shen (000))
     prefix_mlp: bool = False         # prefix tuning through Li & Liang's reparameterisation MLP
     prefix_hidden: int = 512         # hidden width of that MLP (Li & Liang: 512)
-    adapter_size: int = 64           # Houlsby adapter bottleneck (seed 000)
+    adapter_size: int = 64           # Houlsby adapter bottleneck (Liu & Shen (000))
     adapter_layernorm: str = "task"  # adapters: task (one trained copy of every LayerNorm per task, Houlsby) | shared (one set for all tasks)
-    lora_r: int = 16                 # LoRA/DoRA rank (seed 002)
-    lora_alpha: float = 32.0         # LoRA/DoRA alpha; the update is scaled by alpha / r (seed 002)
+    lora_r: int = 16                 # LoRA/DoRA rank (Lee & Li (002))
+    lora_alpha: float = 32.0         # LoRA/DoRA alpha; the update is scaled by alpha / r (Lee & Li (002))
     lora_dropout: float = 0.0        # dropout on the LoRA branch's input
     lora_targets: str|tuple = "query,value"  # LoRA/DoRA layers: query,key,value,attention_output,intermediate,output
 

@@ -424,7 +424,7 @@ def parse_ablate(argv:list) -> tuple:
     return legacy_command(argv)
 
 def minbert_ablate(argv:list|None=None):
-    """Run the tables of the four CS224N reports (seeds 000, 002, 003, 004) beside the papers' numbers, and judge their claims:
+    """Run the tables of the four CS224N reports (Liu & Shen (000), Lee & Li (002), Chan (003), Wang (004)) beside the papers' numbers, and judge their claims:
     `minbert_ablate list | table ID | plan | report | reproduce` (`--list`, `--table ID`, `--plan`, `--report`, `--reproduce` work too)"""
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:

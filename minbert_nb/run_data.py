@@ -49,7 +49,7 @@ def _balanced(df:pd.DataFrame, n:int, seed:int) -> pd.DataFrame:
 
 def read_extra(spec:dict, skip_bad_rows:bool=False, data_dir=None, seed:int=0) -> pd.DataFrame:
     """Read one `extra_train` entry: `task`, `path`, `columns` (ours -> the file's), optional `sep`, `label_range`, `root`
-    ('data': `path` is inside the data folder) and `limit` (that many rows, the same number of each label: seed 000's
+    ('data': `path` is inside the data folder) and `limit` (that many rows, the same number of each label: Liu & Shen (000)'s
     "15k (evenly distributed) entries")"""
     miss = [k for k in ("task", "path", "columns") if k not in spec]
     if miss: raise ValueError(f"extra_train entry {spec}: missing key(s) {miss}; expected task, path, columns (and optional sep, label_range).")

@@ -49,12 +49,12 @@ SAMPLED_KINDS = ("proportional", "sqrt", "annealed", "custom")
 @dataclass
 class ScheduleConfig:
     "Which task(s) feed each optimizer step; see `SCHEDULE_KINDS`"
-    kind: str = "round_robin"            # round-robin down-sampled to the smallest task: the CS224N baseline (seed 003)
-    steps_per_epoch: int|None = None     # None: the kind's natural epoch length; seed 000 fixes 2400 steps
-    upweight: dict|None = None           # sampled kinds: extra factor w_i on p_i (seed 002: SST/STS x2, x4, x8)
+    kind: str = "round_robin"            # round-robin down-sampled to the smallest task: the CS224N baseline (Chan (003))
+    steps_per_epoch: int|None = None     # None: the kind's natural epoch length; Liu & Shen (000) fixes 2400 steps
+    upweight: dict|None = None           # sampled kinds: extra factor w_i on p_i (Lee & Li (002): SST/STS x2, x4, x8)
     alpha: float|None = None             # kind='custom' only: fixed exponent, p_i ∝ N_i**alpha
-    anchor: str|None = CS224N_TASKS[0]   # SST; simultaneous: an epoch is one pass over this task (seed 004); None = the largest
-    sequential_epochs: dict|None = None  # sequential: {task: epochs} run task after task (seed 004); None = within each epoch
+    anchor: str|None = CS224N_TASKS[0]   # SST; simultaneous: an epoch is one pass over this task (Wang (004)); None = the largest
+    sequential_epochs: dict|None = None  # sequential: {task: epochs} run task after task (Wang (004)); None = within each epoch
     seed: int = 11711                    # with the epoch, seeds each plan, so all DDP ranks and a resumed run agree
 
     def __post_init__(self):

@@ -60,7 +60,7 @@ class LossTerm:
 
 # %% ../nbs/08b_step.ipynb #17e267a6
 class MNRLTerm(LossTerm):
-    "Seed 002: `weight` · MNRL (scale `scale`) over the positive pairs of a bi-encoder batch (label ≥ the task's `positive_at`: Quora 1, STS 4)"
+    "Lee & Li (002): `weight` · MNRL (scale `scale`) over the positive pairs of a bi-encoder batch (label ≥ the task's `positive_at`: Quora 1, STS 4)"
     name = "mnrl"
     def __init__(self, weight:float, scale:float=20.0): self.weight, self.scale = weight, scale
     def __call__(self, model, batch, out, ctx):

@@ -62,13 +62,13 @@ class Row:
 
 @dataclass
 class PaperTable:
-    "A table of one of the four CS224N reports (seeds 000, 002, 003, 004), as a list of runnable rows"
-    id: str                   # e.g. "000-T10": seed 000, Table 10
+    "A table of one of the four CS224N reports (Liu & Shen (000), Lee & Li (002), Chan (003), Wang (004)), as a list of runnable rows"
+    id: str                   # e.g. "000-T10": Liu & Shen (000), Table 10
     caption: str              # as printed
     columns: dict             # column as printed -> metric key (METRIC_KEYS): avg = plain mean of the three, overall = CS224N's
     rows: list
     base: dict = field(default_factory=dict)   # TrainConfig fields shared by every row, at the paper's scale
-    percent: bool = False     # the paper prints percentages (seed 000)
+    percent: bool = False     # the paper prints percentages (Liu & Shen (000))
     split: str = "dev"
     vary: tuple = ()          # budget fields the rows differ in: kept at every scale
     at_scale: dict = field(default_factory=dict)   # scale -> fields over the scale's budget for this table (e.g. more epochs)
@@ -112,13 +112,13 @@ def add_table(id:str, caption:str, columns:dict, rows:list, **kw):
     register(PaperTable(id, caption, columns, rows, **kw))
 
 # %% ../nbs/16_tables.ipynb #21e70308
-_RECIPE_000 = dict(PRESETS["sbert"], mode="finetune", lr_adapters=1e-4)   # seed 000's recipe (Sec. 5)
+_RECIPE_000 = dict(PRESETS["sbert"], mode="finetune", lr_adapters=1e-4)   # Liu & Shen (000)'s recipe (Sec. 5)
 _BASE_BERT = dict(pooling="cls", head_layers=2, pair_features="uv", sts_head="features", pair_mode="bi")             # "Base BERT"
 _SENTENCE_BERT = dict(pooling="mean", head_layers=2, pair_features="uvd", sts_head="cosine", cosine_floor=-1.0, pair_mode="bi")  # "Sentence-BERT"
 _PEFT_MODULES = {"-": dict(peft="none"), "PAL": dict(peft="pal", pal_size=204),
                  "Prefix": dict(peft="prefix", prefix_len=10, prefix_init="hidden-sst", prefix_kind="input"),
                  "Adapter": dict(peft="adapter", adapter_size=64)}
-_NOTE_000 = "seed 000, percentages; Avg is the plain mean of the three scores; cosine STS is (cos + 1) * 5/2, the report's 'normalized ... to [0, 5]'"
+_NOTE_000 = "Liu & Shen (000), percentages; Avg is the plain mean of the three scores; cosine STS is (cos + 1) * 5/2, the report's 'normalized ... to [0, 5]'"
 _TEST_GOLD = ("the test split's labels: CS224N does not distribute them (the test files carry no labels; minbert_nb writes test "
               "predictions for the course's leaderboard, which scores them)")
 
@@ -189,7 +189,7 @@ add_table("000-T10", "Table 10: Result of different sampling methods on performa
       at_scale={"tiny": dict(epochs=3, examples=16), "quick": dict(epochs=3, examples=2_560, train_limit=None)},
       note=_NOTE_000 + "; below full, the scale's steps run as 3 epochs (annealing needs epochs) on the whole training sets (samplers are about their sizes)")
 
-# Seed 000's extra sentiment data, mapped from 1-5 stars onto SST's 0-4 ("15k (evenly distributed) entries" of Rotten Tomatoes;
+# Liu & Shen (000)'s extra sentiment data, mapped from 1-5 stars onto SST's 0-4 ("15k (evenly distributed) entries" of Rotten Tomatoes;
 # Kindle in sets of 80k, 40k or 20k, which Table 11 does not name: 20k, the smallest, is taken here). Not offline: a row runs when its file is
 # in the data folder, as a CSV with the columns `review` and `rating` (1-5)
 ROTTEN_FILE, KINDLE_FILE = "extra/rotten_tomatoes.csv", "extra/kindle_reviews.csv"
@@ -223,7 +223,7 @@ add_table("000-T11", "Table 11: Result of different training datasets on perform
 _RECIPE_002 = dict(PRESETS["baseline"], hidden_dropout=None, lr_heads=1e-5, pair_features="sum",   # [CLS], linear heads on u + v, round-robin, batch 8
                    schedule="constant", warmup=0.0)   # no learning-rate scheduler: the report's "(none, linear)" names one only for some LoRA/DoRA runs
 _LINEAR_SCHEDULE = dict(schedule="linear", warmup=0.0)   # the report's "linear rate scheduler": a linear decay (it mentions no warm-up)
-_COSINE_STS = dict(sts_head="cosine", cosine_floor=-1.0)   # (cos + 1) * 5/2, as seed 002 maps the cosine
+_COSINE_STS = dict(sts_head="cosine", cosine_floor=-1.0)   # (cos + 1) * 5/2, as Lee & Li (002) maps the cosine
 _MNRL = dict(contrastive_sources="para,sts", phases=[dict(name="mnrl", contrastive_only=True, contrastive_weight=1.0, contrastive_batch=32, epochs=3),
                                                     dict(name="multitask")])
 _VOTE = dict(sst="vote", para="vote", sts="mean")
@@ -283,7 +283,7 @@ add_table("002-T2", "Table 2: Performance scores on dev sets for different model
            "a constant learning rate but in the rows that name a linear scheduler")
 
 # %% ../nbs/16_tables.ipynb #9e5e2fa6
-# Seed 003's heads (3.4): SST "a simple linear classification", Quora "two linear and one activation layer" over the two
+# Chan (003)'s heads (3.4): SST "a simple linear classification", Quora "two linear and one activation layer" over the two
 # inputs concatenated, held fixed across the rows; its cosine rows (R3-R8) take "the hidden states of all input tokens rather
 # than the CLS token" (mean pooling for STS), then "one linear and one activation layer", then the cosine
 _RECIPE_003 = dict(PRESETS["baseline"], batch_size=16, hidden_dropout=0.3, lr_heads=1e-5, task_head_layers={"para": 2},
@@ -406,7 +406,7 @@ def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> li
 
 def _phase_epochs(p:dict, budget:dict, run_epochs) -> dict:
     """A phase that names its paper's epochs keeps their ratio as a row does (`_epochs`): one of the scale's epochs per 20 of
-    the paper's (written only where that differs from the run's epochs). Seed 002's 3 MNRL epochs before 60 multitask ones
+    the paper's (written only where that differs from the run's epochs). Lee & Li (002)'s 3 MNRL epochs before 60 multitask ones
     become 3 and 9 at `short`, not 9 and 9"""
     if "epochs" not in p: return {}
     e = max(1, math.ceil(p["epochs"] / 20)) * budget.get("epochs", 1)

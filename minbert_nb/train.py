@@ -300,7 +300,7 @@ def _model(self:Run):
     self.bias, self.train_prior = _para_bias(train.get(self.prior_task), cfg.para_prior)
     model.para_logit_bias.fill_(self.bias)
     fresh = not self.resume and (self.init_from is None or cfg.from_pretrained)   # a later phase keeps the prefixes it was given
-    if fresh and "prefix" in model.peft.methods and cfg.prefix_init != "random":     # seed 000: prefixes from real batches
+    if fresh and "prefix" in model.peft.methods and cfg.prefix_init != "random":     # Liu & Shen (000): prefixes from real batches
         first = {t: to_device(next(iter(make_loader(ds, cfg.batch_size))), self.device) for t, ds in train.items()}
         if cfg.prefix_init.startswith("hidden-"):                                    # "the first batch of SST data", for every task
             src = cfg.prefix_init.removeprefix("hidden-")

@@ -141,7 +141,7 @@ def scale_caveat(c:Claim, scale:str|None) -> str:
     if one: return f"at scale `{scale}`, {', '.join(one)} train(s) one epoch, where annealed sampling is proportional sampling (annealing is not tested)"
     return ""
 
-PAPER_SETTING = ("bert-base-uncased (seed 000's Sentence-BERT rows too: bert-base with Sentence-BERT's mean pooling and pair features), "
+PAPER_SETTING = ("bert-base-uncased (Liu & Shen (000)'s Sentence-BERT rows too: bert-base with Sentence-BERT's mean pooling and pair features), "
                  "Quora's 141,506 training pairs, the paper's own epochs")
 
 def _train_rows(m:dict) -> dict:
@@ -239,7 +239,7 @@ def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
                   "names them)" if lost else "")
 
 def _f(v, percent:bool=False) -> str:
-    "A difference as the report prints it: percentage points (seed 000) to 2 decimals, scores in [0, 1] to 4; '–' for none"
+    "A difference as the report prints it: percentage points (Liu & Shen (000)) to 2 decimals, scores in [0, 1] to 4; '–' for none"
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
 
 def _seed_device(runs) -> str:
@@ -518,7 +518,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
            + f" (of {len(df)} claims)", "", *([f"Compute behind the verdicts: {compute}.", ""] if compute else []),
            f"ours = mean over seeds of (mean of A's runs − mean of B's runs); 95% Student-t interval over the seeds, paired by seed; "
-           f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (seed 000 in percentage points).", "",
+           f"fewer than {MIN_SEEDS} seeds: inconclusive (too few seeds). Units: the table's (Liu & Shen (000) in percentage points).", "",
            *([f"Settings: {earlier} of the {len(df)} claims rest on {EARLIER} (`settings` = earlier)"
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),

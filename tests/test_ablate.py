@@ -9,7 +9,7 @@ SEEDS = ROOT.parent / "shared" / "seeds"
 needs_seeds = pytest.mark.skipif(not SEEDS.is_dir(), reason=f"needs the four reports in {SEEDS} (the project's spec)")
 
 def _numbers(line:str) -> list:
-    "Every number of a line of a report, '- 0.048' (as seed 003 prints one) included"
+    "Every number of a line of a report, '- 0.048' (as Chan (003) prints one) included"
     return [float(x.replace(" ", "")) for x in re.findall(r"-[ ]?\d+\.\d+|-?\d+(?:\.\d+)?", line)]
 
 def _contains(seq, sub) -> bool:

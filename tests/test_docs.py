@@ -446,3 +446,98 @@ def test_in_the_browser_at_400px(audited):
 def test_search_finds_pcgrad_from_gradient_surgery(audited):
     pages, res = audited
     assert res["search"] and res["search"][0] == "pcgrad.html", f"search 'gradient surgery' ranks {res['search'][:3]}"
+
+# ---- the book's promises: the code it teaches, the results its cells produce, the reports by name ----
+CHAPTERS_IN_FLOW = {"attention.html": "forward", "bert.html": "forward", "optimizer.html": "step", "lora.html": "forward",
+                    "adapters.html": "forward", "prefix.html": "forward", "smart.html": "ascend", "pcgrad.html": "apply", "step.html": "__call__"}
+
+def _soup(text):
+    from bs4 import BeautifulSoup
+    return BeautifulSoup(text, "html.parser")
+
+def _entries(soup):
+    "Each show_doc entry of a page: (its name, the cell that shows it)"
+    for a in soup.select("main a.source-link"):
+        cell = a.find_parent(class_="jp-Cell")
+        h = a.find_next(re.compile(r"^h[2-6]$"))
+        yield (h.get_text(" ").replace("¶", "").strip() if h else "?"), cell
+
+def test_every_api_entry_shows_its_source(site):
+    "Under every documented name, its source: folded in the entry's cell, or the defining code cell right after it"
+    out, pages = site
+    missing, n = [], 0
+    for page in pages:
+        soup = _soup((out / page).read_text())
+        for name, cell in _entries(soup):
+            n += 1
+            if cell is None: missing.append(f"{page}: {name}"); continue
+            if cell.select_one("details.api-source pre"): continue
+            nxt = cell.find_next_sibling(class_="jp-Cell")
+            while nxt is not None and nxt.select_one("a.source-link") and not nxt.select_one(".jp-InputArea"): nxt = nxt.find_next_sibling(class_="jp-Cell")
+            code = nxt.select_one(".jp-InputArea pre") if nxt is not None else None
+            short = name.split(".")[-1].split()[0].strip("_")          # the heading shows `__getstate__` as bold "getstate"
+            if code is None or not re.search(rf"\b(def|class)\s+_*{re.escape(short)}_*\b|\b{re.escape(short)}\s*=", code.get_text()): missing.append(f"{page}: {name}")
+    assert n > 300, f"only {n} API entries found"
+    assert not missing, f"{len(missing)} of {n} API entries show no source, e.g. {missing[:8]}"
+
+def test_chapters_show_the_code_they_teach(site):
+    "The chapters that teach an algorithm show its code in the flow of the text, not only folded"
+    out, _ = site
+    for page, method in CHAPTERS_IN_FLOW.items():
+        soup = _soup((out / page).read_text())
+        flow = " ".join(pre.get_text() for pre in soup.select("main .jp-InputArea pre"))
+        assert re.search(rf"\bdef\s+{re.escape(method)}\b", flow), f"{page}: `def {method}` is not in the page's code cells"
+
+def test_no_empty_output_blocks_and_every_chapter_shows_results(site):
+    "No output area without content; every notebook page (not the text-only ones) shows at least one output"
+    out, pages = site
+    text_only = {"index.html", "guide.html", "reports.html", "search.html"}
+    empty, without = [], []
+    for page in pages:
+        soup = _soup((out / page).read_text())
+        for o in soup.select("main .jp-OutputArea-output"):
+            if not o.get_text(strip=True) and not o.find(["img", "svg", "table", "details"]): empty.append(page)
+        shown = [o for o in soup.select("main .jp-OutputArea-output") if not o.select_one("a.source-link") and not o.select_one("details.api-source")]
+        if page not in text_only and not shown: without.append(page)
+    assert not empty, f"empty output blocks on {sorted(set(empty))}"
+    assert not without, f"pages whose cells show no output: {without}"
+
+def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site):
+    out, _ = site
+    soup = _soup((out / "reproduction.html").read_text())
+    main = soup.select_one("main")
+    tables = [t for t in main.find_all("table") if {"claim", "paper", "verdict"} <= {th.get_text(strip=True) for th in t.find_all("th")}]
+    assert tables, "no table of all claims"
+    n_claims = len((ROOT / "results" / "reproduction" / "claims.csv").read_text().strip().splitlines()) - 1
+    assert len(tables[0].find_all("tr")) - 1 == n_claims, "the claims table does not list every claim"
+    figs = [img["src"] for img in main.find_all("img")]
+    n_figs = len(list((ROOT / "results" / "reproduction" / "figures").glob("*.png")))
+    assert len(figs) >= n_figs and all((out / f).stat().st_size > 5000 for f in figs), f"{len(figs)} figures shown, {n_figs} in results/reproduction/figures"
+    assert "reproduced" in main.get_text()[:3000], "the page does not open with the verdict counts"
+    for d in main.select("details.runs"):
+        assert not d.has_attr("open") and d.select("li a.repo-link"), "run folders are not folded, or not links"
+    assert not re.search(r"(results/[\w./-]+;){3}", main.get_text()), "run folders listed inline, joined by semicolons"
+
+def test_repository_paths_are_links(site):
+    "A repository path in code font (`results/peft/frontier.png`, `tests/`) is a link to a page of the site showing it"
+    out, pages = site
+    unlinked = []
+    for page in pages:
+        soup = _soup((out / page).read_text())
+        for code in soup.select("main code"):
+            if code.find_parent(["a", "pre", "h1", "h2", "h3", "h4"]) or code.find_parent(class_="jp-RenderedText"): continue
+            t = code.get_text().strip()
+            if docs._REPO_PATH.fullmatch(t) and "*" not in t and (ROOT / t.rstrip("/")).exists() and (ROOT / t.rstrip("/")) != ROOT:
+                unlinked.append(f"{page}: {t}")
+    assert not unlinked, f"{len(unlinked)} repository paths are not links, e.g. {unlinked[:8]}"
+    view = out / docs.REPO_DIR / "results" / "reproduction" / "report.md.html"
+    assert view.exists() and "Reproduction report" in view.read_text()
+
+def test_reports_are_named_not_numbered_like_seeds(site):
+    "The four reports are named by authors and number (\"Liu & Shen (000)\"), never \"seed 000\", and link to the reports page"
+    out, pages = site
+    bad = [p for p in pages if re.search(r"\b[Ss]eeds? 00[0234]\b", _soup((out / p).read_text()).get_text())]
+    assert not bad, f"pages that call a report a seed: {bad}"
+    assert 'href="reports.html#report-000"' in (out / "index.html").read_text()
+    readme = (ROOT / "README.md").read_text() + (ROOT / "results" / "reproduction" / "report.md").read_text()
+    assert not re.search(r"\b[Ss]eeds? 00[0234]\b", readme), "README or the reproduction report calls a report a seed"

@@ -79,7 +79,7 @@ def test_chains_keep_order_and_balance(tmp_path):
     g = _load("gpu_tables")
     res = tmp_path / "ablate"
     t2 = TABLES["002-T2"]
-    for s in (0, 1, 2):                                  # seed 002's Table 2 began on the CPU: its fine-tuning claim is done there
+    for s in (0, 1, 2):                                  # Lee & Li (002)'s Table 2 began on the CPU: its fine-tuning claim is done there
         for n in ("full-model-10-1e-5 baseline", "last-linear-layer-10-0.001 baseline"):
             f = row_dir(seed_dir(res / "002-T2-short", s), t2, t2.row(n)); f.mkdir(parents=True)
             (f / "row.json").write_text("{}"); (f / "metrics.json").write_text(json.dumps(dict(sst_acc=0.5, para_acc=0.7, sts_corr=0.6, device="cpu")))

@@ -60,9 +60,9 @@ def test_cosine_loss_seed_definition(g):
     u, v = torch.randn(6, 12, generator=g, requires_grad=True), torch.randn(6, 12, generator=g)
     s = torch.tensor([0.0, 0.8, 2.4, 3.0, 4.6, 5.0])
     cos = (u * v).sum(-1) / (u.norm(dim=-1) * v.norm(dim=-1))
-    assert torch.allclose(cosine_scores(u, v), (cos + 1) * 5 / 2, atol=1e-6)       # seed 000 mapping
+    assert torch.allclose(cosine_scores(u, v), (cos + 1) * 5 / 2, atol=1e-6)       # Liu & Shen (000) mapping
     loss = cosine_loss(u, v, s)
-    assert torch.allclose(loss, F.mse_loss((cos + 1) * 2.5, s), atol=1e-6)         # seed 002
+    assert torch.allclose(loss, F.mse_loss((cos + 1) * 2.5, s), atol=1e-6)         # Lee & Li (002)
     assert torch.allclose(loss, 6.25 * F.mse_loss(cos, 2 * s / 5 - 1), atol=1e-6)  # label mapped to [-1, 1]
     loss.backward(); assert _finite_grads(u)
     assert torch.allclose(cosine_scores(u, 3 * u), torch.full((6,), 5.0))

@@ -43,10 +43,10 @@ def test_every_export_cell_is_followed_by_a_check(nb):
     """House rule: after each `#| export` cell (other than the imports), before the next one, a code cell checks the result
     with an assert or a fastcore test (nbval runs lax: a cell that only prints would catch nothing)"""
     cells = [_src(c) for c in _cells(nb)]
-    exports = [i for i, s in enumerate(cells) if re.match(r"#\|\s*export\b", s) and not re.match(r"#\|\s*export\s*\nfrom __future__", s)]
+    exports = [i for i, s in enumerate(cells) if re.match(r"#\|\s*exports?\b", s) and not re.match(r"#\|\s*exports?\s*\nfrom __future__", s)]
     for i in exports:
         nxt = [s for s in cells[i + 1:]]
-        until = next((k for k, s in enumerate(nxt) if re.match(r"#\|\s*export\b", s) or "nbdev_export()" in s), len(nxt))
+        until = next((k for k, s in enumerate(nxt) if re.match(r"#\|\s*exports?\b", s) or "nbdev_export()" in s), len(nxt))
         assert any(_CHECK.search(s) for s in nxt[:until]), f"{nb.name}, code cell {i}: add a check after `{cells[i].splitlines()[1][:60]}`"
 
 @pytest.mark.parametrize("nb", NBS, ids=lambda p: p.stem)

@@ -1,5 +1,5 @@
 """Declared tasks (a task file) through every method: the command line, SMART, PCGrad, phases, resume, ensembles,
-minbert_eval / minbert_predict in a fresh process, and seed 000's Table 11 extra-data rows with stand-in files"""
+minbert_eval / minbert_predict in a fresh process, and Liu & Shen (000)'s Table 11 extra-data rows with stand-in files"""
 import json, os, shutil, subprocess, sys
 from pathlib import Path
 import numpy as np

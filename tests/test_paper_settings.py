@@ -3,13 +3,13 @@
 The numbers below are typed from the four reports (../shared/seeds), not from the registry, so that a registry or a scale
 that changes a row's learning rate, schedule, warm-up, dropout or batch size fails here:
 
-- seed 000, Sec. 5 "Experimental details": AdamW, Noam with 10% warm-up, 1e-5 for BERT; modules and heads tuned in
+- Liu & Shen (000), Sec. 5 "Experimental details": AdamW, Noam with 10% warm-up, 1e-5 for BERT; modules and heads tuned in
   [1e-5, 1e-3] (the registry takes 1e-4 and says so in `ASSUMED`); batch 16. Table 3 is the CS224N default minBERT:
   1e-5 fine-tuned, 1e-3 with BERT frozen, dropout 0.3, batch 64 for SST and 8 for CFIMDB (the handout's).
-- seed 002, Sec. 5.3: a row name's learning rate (1e-5; last-linear-layer 1e-3; DoRA 2e-4; LoRA 4e-4), batch 8 unless the
+- Lee & Li (002), Sec. 5.3: a row name's learning rate (1e-5; last-linear-layer 1e-3; DoRA 2e-4; LoRA 4e-4), batch 8 unless the
   name ends in -16, a linear scheduler only where named (lrlinsched; the LoRA row of Table 1's models), no warm-up.
-- seed 003, Table 1: 1e-3 frozen (R1, R3), 1e-5 fine-tuned, batch 16, dropout 0.3.
-- seed 004, Sec. 5.3: 1e-5, batch 8, dropout 0.3 (Tables 3 and 4: the row's dropout).
+- Chan (003), Table 1: 1e-3 frozen (R1, R3), 1e-5 fine-tuned, batch 16, dropout 0.3.
+- Wang (004), Sec. 5.3: 1e-5, batch 8, dropout 0.3 (Tables 3 and 4: the row's dropout).
 """
 import re
 import pytest
@@ -78,7 +78,7 @@ def test_rows_of_a_table_see_the_same_examples():
         for c in cfgs: assert examples_seen(c) == 23_040, (t.id, r.name, examples_seen(c))
 
 def test_a_phase_keeps_its_papers_epochs_ratio():
-    "Seed 002's MNRL rows: 3 paper epochs of MNRL, then 60 multitask ones; at short 3 and 9 of the scale's epochs (23,040 + 69,120 examples)"
+    "Lee & Li (002)'s MNRL rows: 3 paper epochs of MNRL, then 60 multitask ones; at short 3 and 9 of the scale's epochs (23,040 + 69,120 examples)"
     t = TABLES["002-T2"]
     for name in ("full-model-mnrladddata3-anneal3600-60-1e-05-cos", "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"):
         (c,) = row_configs(t, t.row(name), scale="short")

@@ -78,7 +78,7 @@ def test_matches_algorithm_1_transcription(T):
         assert torch.allclose(pcgrad(G, orders=orders), torch.tensor(_algorithm_1(G, orders), dtype=torch.float64), atol=1e-12)
 
 def test_two_tasks_equal_the_seeds_library_rule():
-    "Tseng's Pytorch-PCGrad (seeds 003/004) loops over all tasks including i and averages: the same as reduction='mean' for two tasks"
+    "Tseng's Pytorch-PCGrad (Chan (003) and Wang (004)) loops over all tasks including i and averages: the same as reduction='mean' for two tasks"
     def library_rule(G, rng):
         pc = [g.clone() for g in G]
         for gi in pc:

@@ -86,7 +86,7 @@ def test_sampled_default_epoch_length():
         sch = TaskSchedule(ScheduleConfig(kind), OFFLINE, 3)
         assert sch.n_steps(1) == len(sch.plan(1)) == sum(OFFLINE.values())
         assert sch.total_steps == 3 * sum(OFFLINE.values())
-    fixed = TaskSchedule(ScheduleConfig("annealed", steps_per_epoch=2400), OFFLINE, 25)   # seed 000
+    fixed = TaskSchedule(ScheduleConfig("annealed", steps_per_epoch=2400), OFFLINE, 25)   # Liu & Shen (000)
     assert len(fixed.plan(7)) == 2400 and fixed.total_steps == 25 * 2400
 
 def test_determinism_per_seed_and_epoch():
@@ -120,7 +120,7 @@ def test_sequential_within_epoch():
     nb = dict(sst=3, para=5, sts=2)
     plan = TaskSchedule(ScheduleConfig("sequential"), nb, 2).plan(2)
     assert plan == [("sst",)] * 3 + [("para",)] * 5 + [("sts",)] * 2
-    order = dict(para=5, sts=2, sst=3)          # seed 004's order: paraphrase, similarity, sentiment
+    order = dict(para=5, sts=2, sst=3)          # Wang (004)'s order: paraphrase, similarity, sentiment
     plan = TaskSchedule(ScheduleConfig("sequential"), order, 1).plan(1)
     assert [t for i, (t,) in enumerate(plan) if i == 0 or plan[i - 1] != (t,)] == ["para", "sts", "sst"]
     fixed = TaskSchedule(ScheduleConfig("sequential", steps_per_epoch=10), nb, 1).plan(1)
@@ -141,7 +141,7 @@ def test_sequential_phases_seed004():
 def test_simultaneous_structure():
     sch = TaskSchedule(ScheduleConfig("simultaneous"), OFFLINE, 4)
     plan = sch.plan(1)
-    assert len(plan) == OFFLINE["sst"]                       # one epoch = one pass over SST (seed 004)
+    assert len(plan) == OFFLINE["sst"]                       # one epoch = one pass over SST (Wang (004))
     assert all(s == ("sst", "para", "sts") for s in plan)
     assert sch.total_steps == 4 * 534
     assert len(TaskSchedule(ScheduleConfig("simultaneous", steps_per_epoch=100), OFFLINE, 1).plan(1)) == 100
@@ -202,7 +202,7 @@ def test_iterators_errors():
     with pytest.raises(ValueError, match="only 4"): a.next("sst")
 
 def test_schedule_with_iterators_simultaneous():
-    "Seed 004: STS wraps inside an SST epoch, Quora continues across epochs"
+    "Wang (004): STS wraps inside an SST epoch, Quora continues across epochs"
     sch = TaskSchedule(ScheduleConfig("simultaneous"), dict(sst=4, para=10, sts=2), 3)
     its = TaskIterators(dict(sst=_loader(12, 3), para=_loader(30, 3), sts=_loader(4, 2)), seed=0)
     for e in (1, 2, 3):

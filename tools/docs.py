@@ -21,7 +21,7 @@ what Quarto would render; only the theme differs. The site works offline from an
   no page loads anything from the web;
 - figures stored as notebook outputs are written to figures/ and shown with <img>.
 """
-import html, json, re, shutil, subprocess, sys
+import html, json, os, re, shutil, subprocess, sys
 from pathlib import Path
 
 import nbformat
@@ -187,7 +187,7 @@ def _pager(entries, i):
     return f'<nav class="pager" aria-label="Previous and next notebook">{prev}{nxt}</nav>'
 
 # ---- stored outputs a reader can use: no machine paths, a repeated warning once ----
-_TMP = r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.-]+/[\w.-]+/T)/tmp[\w.-]+"
+_TMP = r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.-]+/[\w.-]+/T)(?:/minbert-nbs-[\w]+|/nbval-[\w.-]+)?/tmp[\w.-]+"   # `make nbs` / the tests give each run a folder of its own
 _SITE_PKG = re.compile(r"(?<![\w.~:/])(?:/[\w.+-]+)+?/(?:site|dist)-packages/")
 
 def machine_roots(nbs_list):
@@ -257,22 +257,28 @@ def tidy_outputs(nb, roots):
         c.outputs = keep
     return nb
 
+def heading_slug(anchor):
+    "A heading's id as the site writes it: lower case, letters, digits, `.` and `_`, other runs of characters as one `-`"
+    import urllib.parse
+    s = html.unescape(urllib.parse.unquote(anchor)).lower()
+    return re.sub(r"[^a-z0-9._]+", "-", s).strip("-") or "section"
+
 def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
     """Links and images that work offline: the doc site's own absolute URLs and links to notebooks become relative pages, links to
     other repository files go to the repository, markdown images are copied in, heading ids are lower case as Quarto (and nbdev's
     links, e.g. `train.html#trainconfig`) expect"""
     ids = {}
     def low_id(m):
-        new = m.group(2).lower(); ids[m.group(2)] = new
+        new = heading_slug(m.group(2)); ids[m.group(2)] = ids[html.unescape(m.group(2))] = new
         return m.group(1) + new + m.group(3)
     body = re.sub(r'(<h[1-6][^>]*?\bid=")([^"]+)(")', low_id, body)
     def href(m):
         url = html.unescape(m.group(2))
-        if url.startswith("#"): url = "#" + ids.get(url[1:], url[1:])
+        if url.startswith("#"): url = "#" + ids.get(url[1:], heading_slug(url[1:]))
         else:
             if site_url and url.startswith(site_url + "/") and url[len(site_url) + 1:].split("#")[0] in pages: url = url[len(site_url) + 1:]
             path, frag = (url.split("#", 1) + [""])[:2]
-            frag, pfrag = ("#" + frag, "#" + frag.lower()) if frag else ("", "")   # headings' ids are lower case (above)
+            frag, pfrag = ("#" + frag, "#" + heading_slug(frag)) if frag else ("", "")   # headings' ids are slugs (above)
             if re.match(r"^[a-z][a-z0-9+.-]*:", url, re.I) or url.startswith("//") or not path: pass
             elif Path(path).name in nb_pages: url = nb_pages[Path(path).name] + pfrag
             elif path in pages: url = path + pfrag
@@ -292,6 +298,151 @@ def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
         return m.group(1) + html.escape(src, quote=True) + m.group(3)
     body = re.sub(r'(<img\b[^>]*?\bsrc=")([^"]*)(")', img, body)
     return body.replace('alt="No description has been provided for this image"', 'alt="A figure output by a cell of this notebook"')
+
+# ---- the code on the page: each API entry's source, folded under it ----
+_SHOW_DOC = re.compile(r"^\s*show_doc\(\s*([\w.]+)\s*[,)]", re.M)
+
+def _exp_module(rel):
+    "The module a notebook exports (`#| default_exp smart` -> minbert_nb.smart), or None"
+    m = re.search(r"#\|\s*default_exp\s+([\w.]+)", (NBS / rel).read_text())
+    return f"minbert_nb.{m.group(1)}" if m else None
+
+def source_of(module, expr):
+    "The source of `expr` (a name in `module`'s namespace, e.g. `PCGrad.apply`) as `inspect` finds it, or None"
+    import importlib, inspect
+    try:
+        obj = eval(expr, vars(importlib.import_module(module)))
+        obj = getattr(obj, "fget", None) or getattr(obj, "__func__", None) or obj   # properties, classmethods
+        return inspect.cleandoc("\n" + inspect.getsource(obj)) if not isinstance(obj, (int, float, str, tuple, dict, list)) else None
+    except Exception: return None
+
+def source_block(code, name):
+    "A folded block with `code` highlighted, shown under an API entry (one click opens it)"
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+    n = code.count("\n") + 1
+    return (f'<details class="api-source"><summary>Source of <code>{html.escape(name)}</code> <span class="lines">({n} lines)</span></summary>'
+            + highlight(code, PythonLexer(), HtmlFormatter(cssclass="highlight")) + "</details>")
+
+def add_sources(nb, module):
+    """Under every show_doc entry, its source folded (`<details>`), unless the page shows the defining code right after it
+    (an `#| exports` cell, as the chapters that teach an algorithm do); returns (entries, entries with a fold)"""
+    n_entries = n_folds = 0
+    cells = nb.cells
+    for i, c in enumerate(cells):
+        if c.cell_type != "code" or not c.metadata.get("transient", {}).get("remove_source"): continue
+        m = _SHOW_DOC.search(c.source)
+        if not m or not module: continue
+        n_entries += 1
+        name = m.group(1); short = name.split(".")[-1]
+        nxt = next((x for x in cells[i + 1:] if not (x.cell_type == "code" and x.metadata.get("transient", {}).get("remove_source"))), None)
+        if nxt is not None and nxt.cell_type == "code" and re.search(rf"^\s*(?:def|class)\s+{re.escape(short)}\b|^\s*{re.escape(short)}\s*=", nxt.source, re.M):
+            continue                                            # the code is on the page, in the flow
+        code = source_of(module, name)
+        if code: c.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": source_block(code, name)})); n_folds += 1
+    return n_entries, n_folds
+
+# ---- repository paths a reader can open: `results/reproduction/report.md` links to a page of the site showing it ----
+REPO_DIR = "repo"          # _site/repo/<path>.html: a file's text (or image), a folder's list of files
+_REPO_PATH = re.compile(r"(?:(?:results|tests|tools|nbs|minbert_nb|\.ci)(?:/[\w.*+=,-]+)*/?|Makefile|pyproject\.toml|README\.md|conftest\.py)")
+
+class RepoViews:
+    """Pages for repository files and folders named in the docs, written into `out/repo/`. A file's page shows its text
+    (Markdown rendered, CSV as a table, images as images); a folder's page lists what it holds, each entry a link. Folders are
+    followed `depth` levels below a named one; a file over `max_bytes` is shown cut, with a note"""
+    def __init__(self, out, repo_url="", branch="main", depth=2, max_bytes=100_000):
+        self.out, self.repo_url, self.branch, self.depth, self.max_bytes = Path(out), repo_url, branch, depth, max_bytes
+        self.done = {}
+    def href(self, rel, depth=None):
+        "The site page for repository path `rel` (relative to the repository), written on first use; None when `rel` does not exist"
+        rel = rel.rstrip("/")
+        f = (ROOT / rel).resolve()
+        if not f.exists() or not f.is_relative_to(ROOT) or f == ROOT: return None
+        key = f.relative_to(ROOT).as_posix()
+        page = f"{REPO_DIR}/{key}.html" if f.is_file() else f"{REPO_DIR}/{key}/index.html"
+        if key not in self.done or (depth or 0) > self.done[key]:
+            self.done[key] = depth if depth is not None else self.depth
+            self._write(f, page, self.done[key])
+        return page
+    def _page(self, page, title, body):
+        up = "../" * page.count("/")
+        dest = self.out / page; dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+                        f'<title>{html.escape(title)}</title><link rel="icon" href="data:,"><link rel="stylesheet" href="{up}assets/site.css"></head>'
+                        f'<body class="repo-view"><div class="page"><p class="repo-up"><a href="{up}index.html">minbert_nb docs</a></p>'
+                        f'<h1 class="page-title"><code>{html.escape(title)}</code></h1><main class="content">{body}</main></div></body></html>')
+    def _write(self, f, page, depth):
+        rel = f.relative_to(ROOT).as_posix()
+        if f.is_dir():
+            items = []
+            for c in sorted(f.iterdir(), key=lambda c: (c.is_file(), c.name)):
+                if c.name.startswith((".", "__pycache__")) or c.suffix in (".pt", ".safetensors", ".bin"): continue
+                sub = (f"{c.name}/index.html" if c.is_dir() else f"{c.name}.html")
+                if c.suffix == ".ipynb":                          # a notebook: its page of the book
+                    items.append(f'<li><a href="{"../" * page.count("/")}{nb_page(c.name)}">{html.escape(c.name)}</a></li>'); continue
+                if depth > 0: self.href(os.path.relpath(c, ROOT), depth - 1); items.append(f'<li><a href="{html.escape(sub)}">{html.escape(c.name)}{"/" if c.is_dir() else ""}</a></li>')
+                else: items.append(f"<li>{html.escape(c.name)}{'/' if c.is_dir() else ''}</li>")
+            self._page(page, rel + "/", f"<ul class=\"repo-list\">{''.join(items) or '<li>(empty)</li>'}</ul>")
+            return
+        if f.suffix.lower() in (".png", ".jpg", ".jpeg", ".svg", ".gif"):
+            dest = self.out / REPO_DIR / f"{page[len(REPO_DIR) + 1:-5]}"; dest.parent.mkdir(parents=True, exist_ok=True); shutil.copy(f, dest)
+            self._page(page, rel, f'<img src="{html.escape(f.name)}" alt="{html.escape(rel)}">'); return
+        raw = f.read_bytes()
+        cut = len(raw) > self.max_bytes
+        text = raw[:self.max_bytes].decode("utf-8", "replace")
+        note = f"<p><em>The first {self.max_bytes:,} of {len(raw):,} bytes.</em></p>" if cut else ""
+        if f.suffix == ".md":
+            import mistune
+            body = mistune.html(text)
+        elif f.suffix == ".csv" and not cut:
+            import pandas as pd, io
+            try: body = pd.read_csv(io.StringIO(text)).to_html(index=False, border=0, classes="repo-table", na_rep="")
+            except Exception: body = f"<pre>{html.escape(text)}</pre>"
+        else: body = f"<pre>{html.escape(text)}</pre>"
+        self._page(page, rel, note + body)
+
+def _link_repo_paths(soup, root, views, module_page, page):
+    "Every repository path in code font (`results/reproduction/report.md`, `tests/`) that exists becomes a link to its page"
+    n = 0
+    if views is None: return 0
+    up = "../" * page.count("/")
+    for code in list(root.find_all("code")):
+        if _inside(code, _SKIP_LINK, "jp-RenderedText") or code.find("a"): continue
+        txt = code.get_text().strip()
+        if not _REPO_PATH.fullmatch(txt) or "*" in txt: continue
+        if txt.startswith("nbs/") and txt.endswith(".ipynb"): href = nb_page(txt)
+        elif txt in module_page: href = module_page[txt]
+        else:
+            href = views.href(txt)
+            if href is None: continue
+            href = up + href
+        a = soup.new_tag("a", href=href); a["class"] = "repo-link"; code.wrap(a); n += 1
+    return n
+
+REPORTS_PAGE = "reports.html"
+# the four reports as the book names them: "Liu & Shen (000)", "Lee & Li (002)", "Chan (003)", "Wang (004)"
+REPORT_NAMES = {"000": "Liu & Shen", "002": "Lee & Li", "003": "Chan", "004": "Wang"}
+_REPORT_RE = re.compile(r"(?:Liu & Shen|Lee & Li|Chan|Wang) \((00[0234])\)")
+
+def _link_reports(soup, root, page):
+    "Each mention of a report by its name (\"Liu & Shen (000)\") links to the page on the four reports"
+    from bs4 import NavigableString
+    if page == REPORTS_PAGE: return 0
+    n = 0
+    for t in list(root.find_all(string=_REPORT_RE)):
+        if not isinstance(t, NavigableString) or _inside(t, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
+        s, last, parts = str(t), 0, []
+        for m in _REPORT_RE.finditer(s):
+            parts += [s[last:m.start()], m.group(0)]; last = m.end()
+        parts.append(s[last:])
+        for k, x in enumerate(parts):
+            if k % 2:
+                a = soup.new_tag("a", href=f"{REPORTS_PAGE}#report-{_REPORT_RE.fullmatch(x).group(1)}"); a["class"] = "report-link"; a.string = x
+                t.insert_before(a); n += 1
+            elif x: t.insert_before(NavigableString(x))
+        t.extract()
+    return n
 
 # ---- after rendering: source links, notebook names as links, "on this page", the search index ----
 _BLOCK = {"p", "li", "td", "th", "div", "pre", "blockquote", "dd", "dt", "h4", "h5", "h6", "summary"}
@@ -342,7 +493,7 @@ def module_pages(nb_pages):
         if m and f.name in nb_pages: out["minbert_nb/" + m.group(1).replace(".", "/") + ".py"] = nb_pages[f.name]
     return out
 
-def enhance_page(body, page, nb_links, module_page, repo_url):
+def enhance_page(body, page, nb_links, module_page, repo_url, views=None):
     """The page's "source" links, notebook names as links, the "on this page" list, and its search records [(heading, anchor, text)].
     The repository address in nbs/nbdev.yml is not a published repository, so a show_doc entry's "source" link goes to the
     notebook page that defines the name (its entry there), not to a line of a .py file nobody can open"""
@@ -363,6 +514,8 @@ def enhance_page(body, page, nb_links, module_page, repo_url):
         m = re.fullmatch(r"(?:\./|\.\./)?(?:nbs/)?(?:[\w-]+/)*([\w-]+)\.ipynb(#[\w-]*)?", a["href"])
         if m: a["href"] = nb_page(m.group(1)) + (m.group(2) or "")
     _linkify_notebooks(soup, main, nb_links, page)
+    _link_repo_paths(soup, main, views, module_page, page)
+    _link_reports(soup, main, page)
     # "on this page": the page's ## and ### headings (show_doc entries included)
     heads = [h for h in main.find_all(["h2", "h3"]) if h.get("id")]
     toc = ""
@@ -417,14 +570,17 @@ def site(out=ROOT / "_site"):
     exp.register_preprocessor(ExtractOutputPreprocessor(extract_output_types={"image/png", "image/jpeg", "image/gif"},
                                                         output_filename_template="{unique_key}-{cell_index}-{index}{extension}", enabled=True), enabled=True)
     module_page = module_pages(nb_pages)
+    views = RepoViews(out, repo_url, branch)
     search = []
     for i, e in enumerate(entries):
         nb = tidy_outputs(e["cells"], roots)
+        add_sources(nb, _exp_module(e["rel"]))
         nb.cells = [c for c in nb.cells if not (c.cell_type == "markdown" and re.fullmatch(r"\s*<!--.*?-->\s*", c.source, re.S))]
         for c in nb.cells:
             if c.cell_type != "code": continue
             if c.metadata.get("transient", {}).get("remove_source"): c.source = ""  # show_doc cells: output only
             c.source = re.sub(r"^#\|.*(\n|$)", "", c.source, flags=re.M)       # cell options, as Quarto hides them
+            c.source = re.sub(r"^\s*# NBVAL_\w+\s*(\n|$)", "", c.source, flags=re.M)   # nbval's markers (the output is checked)
             if not c.source.strip(): c.metadata["tags"] = ["remove_input"]
         src = f"nbs/{e['rel']}"
         res = {"unique_key": Path(e["page"]).stem, "output_files_dir": "figures",
@@ -435,7 +591,7 @@ def site(out=ROOT / "_site"):
         for name, data in (res.get("outputs") or {}).items():
             f = out / name; f.parent.mkdir(parents=True, exist_ok=True); f.write_bytes(data)
         body = _fix_page(body, e["page"], pages, nb_pages, out, site_url, repo_url, branch)
-        body, recs = enhance_page(body, e["page"], nb_links, module_page, repo_url)
+        body, recs = enhance_page(body, e["page"], nb_links, module_page, repo_url, views)
         (out / e["page"]).write_text(body)
         search.append(dict(u=e["page"], t=(f'{e["num"]} · ' if e["num"] else "") + e["title"], d=e["desc"].replace("`", ""),
                            g=e["section"] or "", s=recs))

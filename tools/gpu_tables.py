@@ -176,7 +176,7 @@ def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -
     """What training a row costs, in plain runs of the scale's 23,040 examples: the examples of all its runs and phases (epochs x
     steps an epoch x the batch, x the tasks of a step with the simultaneous sampler; a contrastive phase's own batch), times 3
     for SMART (three forwards a batch); 0 for an ensemble (it combines predictions); without its first phase where `first_phase`
-    is False (copied from another row's run: `twin_phase`). Seed 004's Table 2 on the CPU: rows 4 and 5 (3.0 each) took
+    is False (copied from another row's run: `twin_phase`). Wang (004)'s Table 2 on the CPU: rows 4 and 5 (3.0 each) took
     59-73 min each, rows 1-3 (1.0) 14-23 min"""
     from minbert_nb.ablate import TABLES, row_configs
     from minbert_nb.config import TrainConfig
@@ -195,10 +195,10 @@ def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -
 def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
     """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
     at most `k` chains for `run`, balanced by cost (`row_cost`). Rows that must run in order stay in one chain, in order: a copy
-    after the twin it copies, a row that copies its first phase after the row that trains it (seed 002's MNRL rows), and with
+    after the twin it copies, a row that copies its first phase after the row that trains it (Lee & Li (002)'s MNRL rows), and with
     `ensembles_there`, an ensemble after its members; every other group runs beside the rest
     (two calls on one seed folder at once are fine: each writes its own rows, and `land` writes the tables again). By default the
-    ensembles stay out of the chains: their members spread over all of them (seed 002's 5-ensemble alone has 21 runs' worth of
+    ensembles stay out of the chains: their members spread over all of them (Lee & Li (002)'s 5-ensemble alone has 21 runs' worth of
     members a seed), `run --predictions` brings the members' dev predictions back, and the ensembles combine here after `land`
     (an ensemble trains nothing: any machine may combine it). Returns ([(cost, ["TABLE:SEED:ROWS", ...])], the costliest chain
     first; ["TABLE:SEED:ROWS", ...] of the ensembles to combine here)"""
