@@ -61,6 +61,32 @@ if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
         return msg
     IPyNbCell.repr_failure = repr_failure
 
+    # What a checked cell's output is compared on: its results (values, tables, printed lines, figures), not the warnings a
+    # library prints on stderr (they depend on what else ran first in the process). Paths of the machine that ran it are
+    # compared as placeholders: the repository, the data folder, temporary run folders, site-packages, the data cache.
+    _compare = IPyNbCell.compare_outputs
+    def compare_outputs(self, test, ref, skip_compare=None):
+        keep = lambda outs: [o for o in outs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
+        return _compare(self, keep(test), keep(ref), skip_compare)
+    IPyNbCell.compare_outputs = compare_outputs
+    _setup_sanitize = IPyNbFile.setup_sanitize_files
+    def setup_sanitize_files(self):
+        _setup_sanitize(self)
+        self.sanitize_patterns.update(_sanitize_patterns())
+    IPyNbFile.setup_sanitize_files = setup_sanitize_files
+
+def _sanitize_patterns() -> dict:
+    "regex -> placeholder, applied to stored and fresh outputs alike before they are compared"
+    pats = {r"(?:/[\w.+-]+)+?/(?:site|dist)-packages/": "site-packages/",
+            r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.-]+/[\w.-]+/T)(?:/[\w.-]+)*?/tmp[\w.-]+": "<tmp>",
+            r"(?:/[\w.+-]+)+?/\.cache/minbert_nb/": "<cache>/",
+            r"(?:/[\w.+-]+)+?/(?=(?:minbert_nb|nbs|tests|results|tools)/)": "<repo>/"}
+    try:
+        from minbert_nb.data import find_data_dir
+        pats = {re.escape(str(find_data_dir())): "<data>", **pats}
+    except Exception: pass
+    return pats
+
 collect_ignore_glob = ["nbs/_proc/*", "_proc/*"]
 
 # CI's first pass records which test files and notebooks read the full data (`make test` sets MINBERT_DATA_TRACE and puts

@@ -111,7 +111,7 @@ class BertPooler(nn.Module):
 
     def forward(self, hidden_states): return self.activation(self.dense(hidden_states[:, 0]))
 
-# %% ../nbs/02_bert.ipynb #90cd331a
+# %% ../nbs/02_bert.ipynb #3e0df098
 _TASK = contextvars.ContextVar("minbert_task", default=None)
 
 def current_task() -> str|None:
@@ -126,6 +126,7 @@ def task_context(task:str|None):
     try: yield
     finally: _TASK.reset(token)
 
+# %% ../nbs/02_bert.ipynb #bb46b8d0
 @dataclass
 class BertModelOutput:
     "What `BertModel` returns"

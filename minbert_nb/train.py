@@ -36,17 +36,11 @@ from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'task_loss', 'loss_terms', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
+__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
            'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'predict_file', 'RunProgress', 'Run', 'train',
            'score_dev', 'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
 
-# %% ../nbs/09_train.ipynb #383ab808
-def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
-    "Loss of `model` on one task's `batch`, exactly as `cfg`'s training step computes it (`TrainStep.loss`, `08b_step`)"
-    step = TrainStep(model, model, None, terms=loss_terms(cfg, model), task_weights=cfg.task_weights,
-                     contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
-    return step.loss(batch["task"], batch)
-
+# %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
     if world > 1: raise ValueError(f"{what} runs in one process only (its extra forwards and per-task gradients are not "
                                    "synchronised across ranks); train without torchrun, or without it.")
@@ -71,6 +65,14 @@ def loss_terms(cfg:TrainConfig, model:MultitaskBert, world:int=1, previous=None)
         terms.append(BregmanTerm(model, cfg.bpp_weight, cfg.bpp_beta))
     return terms
 
+# %% ../nbs/09_train.ipynb #ef1a3c2d
+def task_loss(model:MultitaskBert, batch:dict, cfg:TrainConfig) -> torch.Tensor:
+    "Loss of `model` on one task's `batch`, exactly as `cfg`'s training step computes it (`TrainStep.loss`, `08b_step`)"
+    step = TrainStep(model, model, None, terms=loss_terms(cfg, model), task_weights=cfg.task_weights,
+                     contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
+    return step.loss(batch["task"], batch)
+
+# %% ../nbs/09_train.ipynb #999f9382
 def grad_transform(cfg:TrainConfig, model:MultitaskBert, world:int=1) -> GradTransform:
     "How the step's task losses become `.grad`: PCGrad with `--pcgrad`, else their plain sum"
     if not cfg.pcgrad: return SumGrads()

@@ -455,6 +455,12 @@ def _soup(text):
     from bs4 import BeautifulSoup
     return BeautifulSoup(text, "html.parser")
 
+@pytest.fixture(scope="module")
+def soups(site):
+    "Every page parsed once (html.parser takes seconds a page on the largest ones): page -> BeautifulSoup, read only"
+    out, pages = site
+    return {p: _soup((out / p).read_text()) for p in pages}
+
 def _entries(soup):
     "Each show_doc entry of a page: (its name, the cell that shows it)"
     for a in soup.select("main a.source-link"):
@@ -462,12 +468,12 @@ def _entries(soup):
         h = a.find_next(re.compile(r"^h[2-6]$"))
         yield (h.get_text(" ").replace("¶", "").strip() if h else "?"), cell
 
-def test_every_api_entry_shows_its_source(site):
+def test_every_api_entry_shows_its_source(site, soups):
     "Under every documented name, its source: folded in the entry's cell, or the defining code cell right after it"
     out, pages = site
     missing, n = [], 0
     for page in pages:
-        soup = _soup((out / page).read_text())
+        soup = soups[page]
         for name, cell in _entries(soup):
             n += 1
             if cell is None: missing.append(f"{page}: {name}"); continue
@@ -480,21 +486,21 @@ def test_every_api_entry_shows_its_source(site):
     assert n > 300, f"only {n} API entries found"
     assert not missing, f"{len(missing)} of {n} API entries show no source, e.g. {missing[:8]}"
 
-def test_chapters_show_the_code_they_teach(site):
+def test_chapters_show_the_code_they_teach(site, soups):
     "The chapters that teach an algorithm show its code in the flow of the text, not only folded"
     out, _ = site
     for page, method in CHAPTERS_IN_FLOW.items():
-        soup = _soup((out / page).read_text())
+        soup = soups[page]
         flow = " ".join(pre.get_text() for pre in soup.select("main .jp-InputArea pre"))
         assert re.search(rf"\bdef\s+{re.escape(method)}\b", flow), f"{page}: `def {method}` is not in the page's code cells"
 
-def test_no_empty_output_blocks_and_every_chapter_shows_results(site):
+def test_no_empty_output_blocks_and_every_chapter_shows_results(site, soups):
     "No output area without content; every notebook page (not the text-only ones) shows at least one output"
     out, pages = site
     text_only = {"index.html", "guide.html", "reports.html", "search.html"}
     empty, without = [], []
     for page in pages:
-        soup = _soup((out / page).read_text())
+        soup = soups[page]
         for o in soup.select("main .jp-OutputArea-output"):
             if not o.get_text(strip=True) and not o.find(["img", "svg", "table", "details"]): empty.append(page)
         shown = [o for o in soup.select("main .jp-OutputArea-output") if not o.select_one("a.source-link") and not o.select_one("details.api-source")]
@@ -502,9 +508,9 @@ def test_no_empty_output_blocks_and_every_chapter_shows_results(site):
     assert not empty, f"empty output blocks on {sorted(set(empty))}"
     assert not without, f"pages whose cells show no output: {without}"
 
-def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site):
+def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site, soups):
     out, _ = site
-    soup = _soup((out / "reproduction.html").read_text())
+    soup = soups["reproduction.html"]
     main = soup.select_one("main")
     tables = [t for t in main.find_all("table") if {"claim", "paper", "verdict"} <= {th.get_text(strip=True) for th in t.find_all("th")}]
     assert tables, "no table of all claims"
@@ -518,12 +524,12 @@ def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site):
         assert not d.has_attr("open") and d.select("li a.repo-link"), "run folders are not folded, or not links"
     assert not re.search(r"(results/[\w./-]+;){3}", main.get_text()), "run folders listed inline, joined by semicolons"
 
-def test_repository_paths_are_links(site):
+def test_repository_paths_are_links(site, soups):
     "A repository path in code font (`results/peft/frontier.png`, `tests/`) is a link to a page of the site showing it"
     out, pages = site
     unlinked = []
     for page in pages:
-        soup = _soup((out / page).read_text())
+        soup = soups[page]
         for code in soup.select("main code"):
             if code.find_parent(["a", "pre", "h1", "h2", "h3", "h4"]) or code.find_parent(class_="jp-RenderedText"): continue
             t = code.get_text().strip()
@@ -533,10 +539,10 @@ def test_repository_paths_are_links(site):
     view = out / docs.REPO_DIR / "results" / "reproduction" / "report.md.html"
     assert view.exists() and "Reproduction report" in view.read_text()
 
-def test_reports_are_named_not_numbered_like_seeds(site):
+def test_reports_are_named_not_numbered_like_seeds(site, soups):
     "The four reports are named by authors and number (\"Liu & Shen (000)\"), never \"seed 000\", and link to the reports page"
     out, pages = site
-    bad = [p for p in pages if re.search(r"\b[Ss]eeds? 00[0234]\b", _soup((out / p).read_text()).get_text())]
+    bad = [p for p in pages if re.search(r"\b[Ss]eeds? 00[0234]\b", soups[p].get_text())]
     assert not bad, f"pages that call a report a seed: {bad}"
     assert 'href="reports.html#report-000"' in (out / "index.html").read_text()
     readme = (ROOT / "README.md").read_text() + (ROOT / "results" / "reproduction" / "report.md").read_text()
