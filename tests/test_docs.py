@@ -478,11 +478,14 @@ def test_every_api_entry_shows_its_source(site, soups):
             n += 1
             if cell is None: missing.append(f"{page}: {name}"); continue
             if cell.select_one("details.api-source pre"): continue
-            nxt = cell.find_next_sibling(class_="jp-Cell")
-            while nxt is not None and nxt.select_one("a.source-link") and not nxt.select_one(".jp-InputArea"): nxt = nxt.find_next_sibling(class_="jp-Cell")
-            code = nxt.select_one(".jp-InputArea pre") if nxt is not None else None
             short = name.split(".")[-1].split()[0].strip("_")          # the heading shows `__getstate__` as bold "getstate"
-            if code is None or not re.search(rf"\b(def|class)\s+_*{re.escape(short)}_*\b|\b{re.escape(short)}\s*=", code.get_text()): missing.append(f"{page}: {name}")
+            def near(step):                                               # the code cell after (or before) the entry, past other entries
+                x = step(cell)
+                while x is not None and x.select_one("a.source-link") and not x.select_one(".jp-InputArea"): x = step(x)
+                return x.select_one(".jp-InputArea pre") if x is not None else None
+            codes = [near(lambda x: x.find_next_sibling(class_="jp-Cell")), near(lambda x: x.find_previous_sibling(class_="jp-Cell"))]
+            if not any(c is not None and re.search(rf"\b(def|class)\s+_*{re.escape(short)}_*\b|\b{re.escape(short)}\s*=", c.get_text()) for c in codes):
+                missing.append(f"{page}: {name}")
     assert n > 300, f"only {n} API entries found"
     assert not missing, f"{len(missing)} of {n} API entries show no source, e.g. {missing[:8]}"
 

@@ -325,9 +325,12 @@ def source_block(code, name):
     return (f'<details class="api-source"><summary>Source of <code>{html.escape(name)}</code> <span class="lines">({n} lines)</span></summary>'
             + highlight(code, PythonLexer(), HtmlFormatter(cssclass="highlight")) + "</details>")
 
-def add_sources(nb, module):
+def add_sources(nb, module, folds=None):
     """Under every show_doc entry, its source folded (`<details>`), unless the page shows the defining code right after it
-    (an `#| exports` cell, as the chapters that teach an algorithm do); returns (entries, entries with a fold)"""
+    (an `#| exports` cell, as the chapters that teach an algorithm do); returns (entries, entries with a fold).
+    With `folds` (a list), the output holds a placeholder `<!--API-SOURCE:i-->` and the block goes to `folds[i]`: the
+    highlighted source is thousands of tags a page, which nbconvert and `enhance_page` would otherwise parse (twice the
+    build's time); `site` puts the blocks in after both"""
     n_entries = n_folds = 0
     cells = nb.cells
     for i, c in enumerate(cells):
@@ -336,11 +339,16 @@ def add_sources(nb, module):
         if not m or not module: continue
         n_entries += 1
         name = m.group(1); short = name.split(".")[-1]
-        nxt = next((x for x in cells[i + 1:] if not (x.cell_type == "code" and x.metadata.get("transient", {}).get("remove_source"))), None)
-        if nxt is not None and nxt.cell_type == "code" and re.search(rf"^\s*(?:def|class)\s+{re.escape(short)}\b|^\s*{re.escape(short)}\s*=", nxt.source, re.M):
-            continue                                            # the code is on the page, in the flow
+        is_doc = lambda x: x.cell_type == "code" and x.metadata.get("transient", {}).get("remove_source")
+        nxt = next((x for x in cells[i + 1:] if not is_doc(x)), None)
+        prv = next((x for x in reversed(cells[:i]) if not is_doc(x)), None)   # nbdev moves a cell of two names after the first's entry
+        defines = lambda x: x is not None and x.cell_type == "code" and re.search(rf"^\s*(?:def|class)\s+{re.escape(short)}\b|^\s*{re.escape(short)}\s*=", x.source, re.M)
+        if defines(nxt) or defines(prv): continue               # the code is on the page, in the flow
         code = source_of(module, name)
-        if code: c.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": source_block(code, name)})); n_folds += 1
+        if not code: continue
+        block = source_block(code, name)
+        if folds is not None: folds.append(block); block = f"<!--API-SOURCE:{len(folds) - 1}-->"
+        c.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": block})); n_folds += 1
     return n_entries, n_folds
 
 # ---- repository paths a reader can open: `results/reproduction/report.md` links to a page of the site showing it ----
@@ -574,7 +582,8 @@ def site(out=ROOT / "_site"):
     search = []
     for i, e in enumerate(entries):
         nb = tidy_outputs(e["cells"], roots)
-        add_sources(nb, _exp_module(e["rel"]))
+        folds = []
+        add_sources(nb, _exp_module(e["rel"]), folds)
         nb.cells = [c for c in nb.cells if not (c.cell_type == "markdown" and re.fullmatch(r"\s*<!--.*?-->\s*", c.source, re.S))]
         for c in nb.cells:
             if c.cell_type != "code": continue
@@ -592,6 +601,7 @@ def site(out=ROOT / "_site"):
             f = out / name; f.parent.mkdir(parents=True, exist_ok=True); f.write_bytes(data)
         body = _fix_page(body, e["page"], pages, nb_pages, out, site_url, repo_url, branch)
         body, recs = enhance_page(body, e["page"], nb_links, module_page, repo_url, views)
+        body = re.sub(r"<!--API-SOURCE:(\d+)-->", lambda m: folds[int(m.group(1))], body)
         (out / e["page"]).write_text(body)
         search.append(dict(u=e["page"], t=(f'{e["num"]} · ' if e["num"] else "") + e["title"], d=e["desc"].replace("`", ""),
                            g=e["section"] or "", s=recs))
