@@ -63,7 +63,7 @@ if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
 
     # What a checked cell's output is compared on: its results (values, tables, printed lines, figures), not the warnings a
     # library prints on stderr (they depend on what else ran first in the process). Paths of the machine that ran it are
-    # compared as placeholders: the repository, the data folder, temporary run folders, site-packages, the data cache.
+    # compared as placeholders (the repository, the data folder, temporary run folders, site-packages, the data cache), and so are durations.
     _compare = IPyNbCell.compare_outputs
     def compare_outputs(self, test, ref, skip_compare=None):
         keep = lambda outs: [o for o in outs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
@@ -80,7 +80,8 @@ def _sanitize_patterns() -> dict:
     pats = {r"(?:/[\w.+-]+)+?/(?:site|dist)-packages/": "site-packages/",
             r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w.-]+/[\w.-]+/T)(?:/[\w.-]+)*?/tmp[\w.-]+": "<tmp>",
             r"(?:/[\w.+-]+)+?/\.cache/minbert_nb/": "<cache>/",
-            r"(?:/[\w.+-]+)+?/(?=(?:minbert_nb|nbs|tests|results|tools)/)": "<repo>/"}
+            r"(?:/[\w.+-]+)+?/(?=(?:minbert_nb|nbs|tests|results|tools)/)": "<repo>/",
+            r"\b\d+(?:\.\d+)? ?s\b": "<t>s"}                     # durations in training logs ("(5s train)", "2.4 s"): never the same twice
     try:
         from minbert_nb.data import find_data_dir
         pats = {re.escape(str(find_data_dir())): "<data>", **pats}
