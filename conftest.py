@@ -86,6 +86,8 @@ def _sanitize_patterns() -> dict:
         from minbert_nb.data import find_data_dir
         pats = {re.escape(str(find_data_dir())): "<data>", **pats}
     except Exception: pass
+    # the data folder the outputs were stored with: the checkout's sibling `shared/data`, wherever the checkout was
+    pats = {r"(?:/[\w.+-]+)*?/shared/data(?![\w-])": "<data>", **pats}
     return pats
 
 collect_ignore_glob = ["nbs/_proc/*", "_proc/*"]
