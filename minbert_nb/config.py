@@ -76,6 +76,11 @@ def _shown(v) -> str:
     try: return json.dumps(v)
     except (TypeError, ValueError): return repr(v)
 
+@functools.cache
+def _type_hints(cls) -> dict:
+    "A config class's field types (read once: a plan builds thousands of configs)"
+    return typing.get_type_hints(cls)
+
 @dataclass
 class TrainConfig(ModelConfig):
     "Everything that defines a training run: the model's fields (`ModelConfig`, with its PEFT settings), and the run's own below"
@@ -217,7 +222,7 @@ class TrainConfig(ModelConfig):
 
     def _check_types(self):
         "Refuse values of the wrong type (config files and flags are user input); ints become floats and lists tuples"
-        hints = typing.get_type_hints(type(self))
+        hints = _type_hints(type(self))
         for f in fields(self):
             v, h = getattr(self, f.name), hints[f.name]
             allowed = typing.get_args(h) if typing.get_origin(h) in (typing.Union, types.UnionType) else (h,)

@@ -32,13 +32,25 @@ ROOT = Path(__file__).resolve().parents[1]
 NBS, PROC = ROOT / "nbs", ROOT / "_proc"
 THEME = ROOT / "tools" / "docs_theme"   # page template (nbconvert) and site.css
 
+# nbdev's processors, run in one process (nbdev-proc-nbs takes 2.5x as long: it re-reads settings.ini/pyproject for each
+# of its ~1,800 cells, and its exit waits half a minute on the shells it started). Same _proc/ output, checked file by file.
+_PROC_SCRIPT = """
+import functools, os, sys
+import nbdev.config, nbdev.serve, nbdev.processors, nbdev.serve_drv, nbdev.process, nbdev.doclinks, nbdev.showdoc
+get = nbdev.config.get_config
+fast = functools.lru_cache(maxsize=None)(get)          # the settings do not change while the notebooks are processed
+for m in [m for n, m in list(sys.modules.items()) if n.startswith("nbdev")]:
+    if getattr(m, "get_config", None) is get: m.get_config = fast
+nbdev.serve.proc_nbs(n_workers=0, force=True)
+sys.stdout.flush(); sys.stderr.flush(); os._exit(0)     # the files are written; skip the shells' slow teardown
+"""
+
 def proc_nbs():
     "Run nbdev's processors (show_doc cells, frontmatter, hidden cells) into _proc/"
     shutil.rmtree(PROC, ignore_errors=True)
-    exe = Path(sys.executable).with_name("nbdev-proc-nbs")
-    r = subprocess.run([str(exe) if exe.exists() else "nbdev-proc-nbs"], cwd=ROOT, capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-c", _PROC_SCRIPT], cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0 or not PROC.exists():
-        sys.exit(f"nbdev-proc-nbs failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+        sys.exit(f"nbdev's notebook processing failed (exit {r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     return sorted(PROC.glob("*.ipynb"))
 
 def _clean(nb):
@@ -573,6 +585,8 @@ def site(out=ROOT / "_site"):
     write_assets(out)
     exp = HTMLExporter(template_name="docs_theme", extra_template_basedirs=[str(THEME.parent)])
     exp.exclude_input_prompt = exp.exclude_output_prompt = True
+    # nbconvert passes every cell through bleach (a third of the build): these pages come from this repository's own notebooks
+    exp.register_filter("clean_html", lambda html: html)
     exp.register_preprocessor(TagRemovePreprocessor(remove_input_tags={"remove_input"}, enabled=True), enabled=True)
     exp.register_preprocessor(CoalesceStreamsPreprocessor(enabled=True), enabled=True)  # progress bars: their last state, as Jupyter shows
     exp.register_preprocessor(ExtractOutputPreprocessor(extract_output_types={"image/png", "image/jpeg", "image/gif"},
