@@ -38,6 +38,7 @@ class HoulsbyAdapter(nn.Module):
         nn.init.zeros_(self.up.weight); nn.init.zeros_(self.up.bias)
     def forward(self, h): return h + self.up(F.gelu(self.down(h)))
 
+# %% ../nbs/05b_adapters.ipynb #a12e3d25
 class AdapterLinear(nn.Module):
     "A linear layer (`base_layer`), the sub-layer's `dropout`, then the current task's `HoulsbyAdapter` (adapter-bert's order)"
     adapter_names = ("adapter_by_task",)
@@ -50,6 +51,7 @@ class AdapterLinear(nn.Module):
     out_features = property(lambda self: self.base_layer.out_features)
     def forward(self, x): return self.adapter_by_task[pick_task(self.adapter_by_task)](self.dropout(self.base_layer(x)))
 
+# %% ../nbs/05b_adapters.ipynb #4f9fbb7c
 ADAPTER_TARGETS = r"(attention\.output\.dense|layer\.\d+\.output\.dense)$"
 
 def inject_adapters(model:nn.Module, tasks, size:int=64) -> list:
@@ -97,6 +99,7 @@ class PALShared(nn.Module):
             nn.init.normal_(self.pal_encoder[t].weight, std=0.02); nn.init.zeros_(self.pal_encoder[t].bias)
             nn.init.zeros_(self.pal_decoder[t].weight); nn.init.zeros_(self.pal_decoder[t].bias)
 
+# %% ../nbs/05b_adapters.ipynb #f714a984
 class PALBranch(nn.Module):
     "$\\mathrm{TS}(h) = \\mathrm{gelu}(V^D g(V^E h))$ for one layer: its own attention $g$ per task, the shared $V^E$, $V^D$ (held, not owned)"
     adapter_names = ("pal_attention",)
@@ -111,6 +114,7 @@ class PALBranch(nn.Module):
         z = s.pal_encoder[t](h)                                  # (B, T, s)
         return F.gelu(s.pal_decoder[t](self.pal_attention[t](z, mask)[0]))   # (B, T, C): gelu after V^D, as BERTPals
 
+# %% ../nbs/05b_adapters.ipynb #ac8d53d7
 def inject_pals(model:BertModel, tasks, size:int=204, heads:int|None=6) -> PALShared:
     "Add a PAL branch to every layer of `model` (`BertLayer.parallel`), with $V^E$, $V^D$ registered once as `model.pal_shared`; `heads`: $g$'s heads (None: the backbone's)"
     cfg = model.config; heads = heads or cfg.num_attention_heads

@@ -10,6 +10,7 @@ import math, re
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['LORA_TARGETS', 'LoRALinear', 'inject_lora', 'set_merged']
@@ -41,37 +42,42 @@ class LoRALinear(nn.Module):
         "The low-rank update (alpha/r) B A, shape (out, in)"
         return self.scaling * (self.lora_B.weight @ self.lora_A.weight)
 
-    def forward(self, x:torch.Tensor) -> torch.Tensor:
-        if self.merged: return self.base_layer(x)
-        y, xd = self.base_layer(x), self.lora_dropout(x)                                 # dropout on the update's input only
-        lora = self.lora_B(self.lora_A(xd)) * self.scaling                              # (..., out)
-        if not self.dora: return y + lora
-        w = self.base_layer.weight + self.delta_weight()                                # (out, in)
-        scale = self.lora_magnitude / self.row_norm(w)                                   # (out,)
-        # W'x + b = y + (scale - 1) W0 x + scale * lora: the update W' - W0 sees the dropped-out input, as in peft and DoRA's code
-        if self.training and not isinstance(self.lora_dropout, nn.Identity): w0x = F.linear(xd, self.base_layer.weight)
-        else: w0x = y if self.base_layer.bias is None else y - self.base_layer.bias
-        return y + (scale - 1) * w0x + scale * lora
-
-    @torch.no_grad()
-    def merge(self):
-        "Fold the update into `base_layer.weight` (inference without the extra matmuls); `unmerge` undoes it"
-        if self.merged: return self
-        w = self.base_layer.weight + self.delta_weight()
-        if self.dora: self._norm = self.row_norm(w); w = (self.lora_magnitude / self._norm)[:, None] * w
-        self.base_layer.weight.copy_(w); self.merged = True
-        return self
-
-    @torch.no_grad()
-    def unmerge(self):
-        "Restore the base weight from a merged layer"
-        if not self.merged: return self
-        w = self.base_layer.weight
-        if self.dora: w = w * (self._norm / self.lora_magnitude)[:, None]
-        self.base_layer.weight.copy_(w - self.delta_weight()); self.merged = False
-        return self
-
     def extra_repr(self): return f"r={self.r}, alpha={self.alpha}, dora={self.dora}, merged={self.merged}"
+
+# %% ../nbs/05a_lora.ipynb #4919e6d0
+@patch
+def forward(self:LoRALinear, x:torch.Tensor) -> torch.Tensor:
+    if self.merged: return self.base_layer(x)
+    y, xd = self.base_layer(x), self.lora_dropout(x)                                 # dropout on the update's input only
+    lora = self.lora_B(self.lora_A(xd)) * self.scaling                              # (..., out)
+    if not self.dora: return y + lora
+    w = self.base_layer.weight + self.delta_weight()                                # (out, in)
+    scale = self.lora_magnitude / self.row_norm(w)                                   # (out,)
+    # W'x + b = y + (scale - 1) W0 x + scale * lora: the update W' - W0 sees the dropped-out input, as in peft and DoRA's code
+    if self.training and not isinstance(self.lora_dropout, nn.Identity): w0x = F.linear(xd, self.base_layer.weight)
+    else: w0x = y if self.base_layer.bias is None else y - self.base_layer.bias
+    return y + (scale - 1) * w0x + scale * lora
+
+# %% ../nbs/05a_lora.ipynb #86e18f75
+@patch
+@torch.no_grad()
+def merge(self:LoRALinear):
+    "Fold the update into `base_layer.weight` (inference without the extra matmuls); `unmerge` undoes it"
+    if self.merged: return self
+    w = self.base_layer.weight + self.delta_weight()
+    if self.dora: self._norm = self.row_norm(w); w = (self.lora_magnitude / self._norm)[:, None] * w
+    self.base_layer.weight.copy_(w); self.merged = True
+    return self
+
+@patch
+@torch.no_grad()
+def unmerge(self:LoRALinear):
+    "Restore the base weight from a merged layer"
+    if not self.merged: return self
+    w = self.base_layer.weight
+    if self.dora: w = w * (self._norm / self.lora_magnitude)[:, None]
+    self.base_layer.weight.copy_(w - self.delta_weight()); self.merged = False
+    return self
 
 # %% ../nbs/05a_lora.ipynb #635d3c32
 LORA_TARGETS = {   # short name -> pattern on a BertModel's module names
@@ -95,6 +101,7 @@ def inject_lora(model:nn.Module, targets=("query", "value"), r:int=8, alpha:floa
         setattr(parent, child, LoRALinear(getattr(parent, child), r, alpha, dropout, dora))
     return names
 
+# %% ../nbs/05a_lora.ipynb #c44285ca
 def set_merged(model:nn.Module, merged:bool=True) -> nn.Module:
     "Merge (or unmerge) every `LoRALinear` in `model`"
     for m in model.modules():

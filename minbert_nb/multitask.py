@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import *
 from .bert import BertModel
 from .pretrained import load_bert, random_bert
@@ -20,12 +21,13 @@ from .data import get_task, TASKS, CS224N_TASKS, TaskSpec, register_task
 from .task_files import read_tasks, declare_tasks
 
 # %% auto #0
-__all__ = ['MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'MultitaskBert', 'fake_batch']
+__all__ = ['MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'fake_batch', 'MultitaskBert']
 
 # %% ../nbs/06_multitask.ipynb #a25e569c
 MODEL_RANGES = dict(head_layers=Range(1, 2), head_dropout=PROBABILITY, hidden_dropout=PROBABILITY, attention_dropout=PROBABILITY,
                     cosine_floor=Range(-1, 1, "[)", note="the cosine that maps to STS 0; 1 would divide by zero"))
 
+# %% ../nbs/06_multitask.ipynb #d9a0c704
 @dataclass
 class ModelConfig(PeftConfig):
     "Architecture of a multitask model: the backbone, the heads, how pairs are read, and (inherited) its PEFT modules"
@@ -55,55 +57,73 @@ class ModelConfig(PeftConfig):
         self.tasks = tuple(self.tasks)
         self._declare_tasks()
         check_ranges(self, MODEL_RANGES)     # head layers 1 or 2, dropouts probabilities, the cosine floor in [-1, 1)
-        checks = dict(pooling=POOLINGS, pair_mode=("bi", "cross"), pair_features=tuple(PAIR_FEATURES),
-                      sts_head=("features", "cosine"), mode=("finetune", "pretrain"))
-        for k, allowed in checks.items():
-            if getattr(self, k) not in allowed: raise ValueError(f"model config: {k}={getattr(self, k)!r}; expected one of {allowed}.")
-        pairs = [t.name for t in TASKS.values() if t.is_pair]
-        for t, m in (self.pair_modes or {}).items():
-            if t not in pairs or m not in ("bi", "cross", "both") or (m == "both" and get_task(t).target != "score"):
-                raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys among the pair tasks ({', '.join(pairs)}) "
-                                 "and values 'bi'/'cross' ('both' for a pair score only).")
-        for name, allowed in (("task_pooling", POOLINGS), ("task_head_layers", (1, 2))):
-            for t, v in (getattr(self, name) or {}).items():
-                if t not in TASKS or v not in allowed:
-                    raise ValueError(f"model config: {name}[{t!r}]={v!r}; expected a task of {list(TASKS)} and one of {allowed}.")
-        bad = [t for t in self.tasks if t not in TASKS]
-        if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASKS)}, or declare them (--task_file).")
-        scores = [t for t in self.tasks if get_task(t).is_pair and get_task(t).target == "score"]   # pair scores: the cosine head's tasks
-        if self.cosine_proj and scores and not any(self.head_of(t) == "cosine" and self.mode_of(t) == "bi" for t in scores):
-            t = scores[0]
-            raise ValueError("model config: cosine_proj projects the two sentence vectors of a cosine head; it needs "
-                             f"sts_head='cosine' and {t} read as a bi-encoder (got sts_head={self.sts_head!r}, {self.mode_of(t)!r}).")
-        for t in self.tasks:
-            if self.mode_of(t) == "both" and self.head_of(t) != "cosine":
-                raise ValueError(f"model config: pair_modes[{t!r}]='both' averages the cosine bi-encoder with a cross-encoder; "
-                                 f"it needs the cosine head (sts_head='cosine'; got {self.sts_head!r}).")
+        self._check_choices()                # the named settings and the per-task overrides
+        self._check_heads()                  # what cosine_proj and pair mode 'both' need
 
-    def _declare_tasks(self):
-        "Register the tasks of `task_file` and `task_specs` (`04_data.register_task`), so that `tasks` may name them"
-        if self.task_file and (self.task_specs is None or Path(self.task_file).expanduser().is_file()):  # a saved run: its specs
-            specs = read_tasks(self.task_file)
-            self.task_specs = {**(self.task_specs or {}), **{s.name: s.as_dict() for s in specs}}
-        declare_tasks(self.task_specs, "model config: task_specs")
+# %% ../nbs/06_multitask.ipynb #4dc6eb42
+@patch
+def head_of(self:ModelConfig, task:str) -> str:
+    "`task`'s head: its spec's, else its target's default (a pair score: `sts_head`, 'features' meaning regression)"
+    return get_task(task).head_of(self.sts_head)
 
-    def head_of(self, task:str) -> str:
-        "`task`'s head: its spec's, else its target's default (a pair score: `sts_head`, 'features' meaning regression)"
-        return get_task(task).head_of(self.sts_head)
+@patch
+def mode_of(self:ModelConfig, task:str) -> str:
+    "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both' (`pair_modes`, the spec's, `pair_mode`)"
+    spec = get_task(task)
+    if not spec.is_pair: return "single"
+    return (self.pair_modes or {}).get(task, spec.pair_mode or self.pair_mode)
 
-    def mode_of(self, task:str) -> str:
-        "How `task`'s inputs are encoded: 'single' for one sentence, else 'bi', 'cross' or 'both' (`pair_modes`, the spec's, `pair_mode`)"
-        spec = get_task(task)
-        if not spec.is_pair: return "single"
-        return (self.pair_modes or {}).get(task, spec.pair_mode or self.pair_mode)
+@patch
+def pooling_of(self:ModelConfig, task:str|None) -> str:
+    "How `task`'s sentence vectors are pooled (`task_pooling`, else `pooling`)"
+    return (self.task_pooling or {}).get(task, self.pooling)
 
-    def pooling_of(self, task:str|None) -> str:
-        "How `task`'s sentence vectors are pooled (`task_pooling`, else `pooling`)"
-        return (self.task_pooling or {}).get(task, self.pooling)
+@patch
+def head_layers_of(self:ModelConfig, task:str) -> int:
+    "How many linear layers `task`'s head has (`task_head_layers`, else `head_layers`)"
+    return (self.task_head_layers or {}).get(task, self.head_layers)
 
-    def head_layers_of(self, task:str) -> int:
-        "How many linear layers `task`'s head has (`task_head_layers`, else `head_layers`)"
-        return (self.task_head_layers or {}).get(task, self.head_layers)
+# %% ../nbs/06_multitask.ipynb #e23cd315
+@patch
+def _declare_tasks(self:ModelConfig):
+    "Register the tasks of `task_file` and `task_specs` (`04_data.register_task`), so that `tasks` may name them"
+    if self.task_file and (self.task_specs is None or Path(self.task_file).expanduser().is_file()):  # a saved run: its specs
+        specs = read_tasks(self.task_file)
+        self.task_specs = {**(self.task_specs or {}), **{s.name: s.as_dict() for s in specs}}
+    declare_tasks(self.task_specs, "model config: task_specs")
+
+@patch
+def _check_choices(self:ModelConfig):
+    "The named settings are among their choices, the per-task overrides name known tasks and allowed values, and every task is known"
+    checks = dict(pooling=POOLINGS, pair_mode=("bi", "cross"), pair_features=tuple(PAIR_FEATURES),
+                  sts_head=("features", "cosine"), mode=("finetune", "pretrain"))
+    for k, allowed in checks.items():
+        if getattr(self, k) not in allowed: raise ValueError(f"model config: {k}={getattr(self, k)!r}; expected one of {allowed}.")
+    pairs = [t.name for t in TASKS.values() if t.is_pair]
+    for t, m in (self.pair_modes or {}).items():
+        if t not in pairs or m not in ("bi", "cross", "both") or (m == "both" and get_task(t).target != "score"):
+            raise ValueError(f"model config: pair_modes[{t!r}]={m!r}; expected keys among the pair tasks ({', '.join(pairs)}) "
+                             "and values 'bi'/'cross' ('both' for a pair score only).")
+    for name, allowed in (("task_pooling", POOLINGS), ("task_head_layers", (1, 2))):
+        for t, v in (getattr(self, name) or {}).items():
+            if t not in TASKS or v not in allowed:
+                raise ValueError(f"model config: {name}[{t!r}]={v!r}; expected a task of {list(TASKS)} and one of {allowed}.")
+    bad = [t for t in self.tasks if t not in TASKS]
+    if bad: raise ValueError(f"model config: unknown task(s) {bad}; expected some of {list(TASKS)}, or declare them (--task_file).")
+
+# %% ../nbs/06_multitask.ipynb #e1ca9b38
+@patch
+def _check_heads(self:ModelConfig):
+    "cosine_proj needs a cosine head on a bi-encoder pair score, and pair mode 'both' the cosine head"
+    scores = [t for t in self.tasks if get_task(t).is_pair and get_task(t).target == "score"]   # pair scores: the cosine head's tasks
+    if self.cosine_proj and scores and not any(self.head_of(t) == "cosine" and self.mode_of(t) == "bi" for t in scores):
+        t = scores[0]
+        raise ValueError("model config: cosine_proj projects the two sentence vectors of a cosine head; it needs "
+                         f"sts_head='cosine' and {t} read as a bi-encoder (got sts_head={self.sts_head!r}, {self.mode_of(t)!r}).")
+    for t in self.tasks:
+        if self.mode_of(t) == "both" and self.head_of(t) != "cosine":
+            raise ValueError(f"model config: pair_modes[{t!r}]='both' averages the cosine bi-encoder with a cross-encoder; "
+                             f"it needs the cosine head (sts_head='cosine'; got {self.sts_head!r}).")
 
 # %% ../nbs/06_multitask.ipynb #a7639180
 @dataclass
@@ -114,10 +134,31 @@ class TaskOutput:
     v: torch.Tensor|None = None     # ... and of the second sentences (bi-encoder pairs)
     parts: tuple|None = None        # pair_mode 'both': the (bi-encoder, cross-encoder) scores whose mean is `pred`
 
+# %% ../nbs/06_multitask.ipynb #23919127
 def _pad_to(enc:dict, T:int, pad_id:int=0) -> dict:
     "Right-pad every (B, t) tensor of `enc` to length `T`: `input_ids` with `pad_id`, the mask and token types with 0"
     return {k: F.pad(x, (0, T - x.shape[1]), value=pad_id if k == "input_ids" else 0) for k, x in enc.items()}
 
+# %% ../nbs/06_multitask.ipynb #a730ce50
+def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", seed:int=0) -> dict:
+    "A random batch in `minbert_nb.loaders.collate`'s format (for tests and examples)"
+    g = torch.Generator().manual_seed(seed)
+    def enc(t):
+        ids = torch.randint(1, vocab, (B, t), generator=g); am = torch.ones(B, t, dtype=torch.long); am[0, t - 2:] = 0; ids[0, t - 2:] = 0
+        return dict(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros(B, t, dtype=torch.long))
+    spec = get_task(task)
+    # the four draws every batch made before tasks were specs (5 classes, 2 classes, binary, a 0-5 score): the same batches for the same seed
+    five, two, binary, score = (torch.randint(0, 5, (B,), generator=g), torch.randint(0, 2, (B,), generator=g),
+                                torch.randint(0, 2, (B,), generator=g), torch.rand(B, generator=g) * 5)
+    if spec.target == "score": labels = spec.low + score * ((spec.high - spec.low) / 5)
+    elif spec.target == "binary": labels = binary
+    else: labels = {5: five, 2: two}.get(spec.num_labels) if spec.num_labels in (2, 5) else torch.randint(0, spec.num_labels, (B,), generator=g)
+    b = dict(task=task, ids=[f"id{i}" for i in range(B)], labels=labels, a=enc(T))
+    if spec.is_pair and pair_mode in ("bi", "both"): b["b"] = enc(T - 1)
+    if spec.is_pair and pair_mode == "both": b["x"] = enc(2 * T - 1)   # the joint sequence
+    return b
+
+# %% ../nbs/06_multitask.ipynb #d03283ba
 class MultitaskBert(nn.Module):
     "A shared BERT backbone (`bert`) with one head per task (`heads`)"
     def __init__(self, cfg:ModelConfig, bert:BertModel|None=None):
@@ -148,102 +189,99 @@ class MultitaskBert(nn.Module):
         set_trainable(self, mode, self.peft.methods)
         return self
 
-    def param_report(self) -> dict:
-        "Parameter counts: total, trainable, backbone_trainable, peft, layernorm, heads (see `05d_peft`)"
-        return param_report(self)
+# %% ../nbs/06_multitask.ipynb #38009a15
+@patch
+def param_report(self:MultitaskBert) -> dict:
+    "Parameter counts: total, trainable, backbone_trainable, peft, layernorm, heads (see `05d_peft`)"
+    return param_report(self)
 
-    @torch.no_grad()
-    def init_prefixes(self, batches:dict):
-        "Prefix tuning with `prefix_init='hidden'`: set each task's prefixes from its real batch (`batches[task]`)"
-        for t, b in batches.items(): self.bert.prefix_provider.init_from_hidden(self.bert, b["a"], t)
-        return self
+@patch
+@torch.no_grad()
+def init_prefixes(self:MultitaskBert, batches:dict):
+    "Prefix tuning with `prefix_init='hidden'`: set each task's prefixes from its real batch (`batches[task]`)"
+    for t, b in batches.items(): self.bert.prefix_provider.init_from_hidden(self.bert, b["a"], t)
+    return self
 
-    def embed(self, enc:dict, task:str|None=None) -> torch.Tensor:
-        "Sentence vectors (B, C) of an encoding dict; `task` selects per-task PEFT modules"
-        return pool(self.bert(**enc, task=task), enc["attention_mask"], self.cfg.pooling_of(task))
+# %% ../nbs/06_multitask.ipynb #fb612111
+@patch
+def embed(self:MultitaskBert, enc:dict, task:str|None=None) -> torch.Tensor:
+    "Sentence vectors (B, C) of an encoding dict; `task` selects per-task PEFT modules"
+    return pool(self.bert(**enc, task=task), enc["attention_mask"], self.cfg.pooling_of(task))
 
-    def embed_pair(self, a:dict, b:dict, task:str|None=None):
-        "Vectors `u`, `v` of two encodings, in a single BERT call"
-        T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
-        a, b = _pad_to(a, T, self.pad_id), _pad_to(b, T, self.pad_id)
-        both = {k: torch.cat([a[k], b[k]]) for k in a}         # (2B, T)
-        e = self.embed(both, task)
-        return e[:len(e) // 2], e[len(e) // 2:]
+@patch
+def embed_pair(self:MultitaskBert, a:dict, b:dict, task:str|None=None):
+    "Vectors `u`, `v` of two encodings, in a single BERT call"
+    T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
+    a, b = _pad_to(a, T, self.pad_id), _pad_to(b, T, self.pad_id)
+    both = {k: torch.cat([a[k], b[k]]) for k in a}         # (2B, T)
+    e = self.embed(both, task)
+    return e[:len(e) // 2], e[len(e) // 2:]
 
-    def forward(self, batch:dict) -> TaskOutput:
-        task = batch["task"]
-        if task == "contrastive": return self._contrastive(batch)
-        if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
-        mode = self.cfg.mode_of(task)
-        if mode in ("single", "cross"):
-            if mode == "cross": return self._cross(task, batch["a"], batch.get("a_swap"))
-            u = self.embed(batch["a"], task)
-            return TaskOutput(self.heads[task](u), u)
-        u, v = self.embed_pair(batch["a"], batch["b"], task)
-        if mode == "both":                                   # STS: the mean of the cosine and the cross-encoder's score
-            if "x" not in batch: raise KeyError("pair_mode 'both' needs the joint sequence `x`: build the TaskDataset with pair_mode='both'.")
-            bi, cross = self._cosine(task, u, v), self._cross(task, batch["x"], batch.get("x_swap")).pred
-            return TaskOutput((bi + cross) / 2, u, v, parts=(bi, cross))
-        if self.cfg.head_of(task) == "cosine":
-            if self.cfg.cosine_proj: u, v = self.heads[task](u), self.heads[task](v)
-            return TaskOutput(self._cosine(task, u, v), u, v)
-        return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
-
-    def _cosine(self, task:str, u:torch.Tensor, v:torch.Tensor) -> torch.Tensor:
-        "The cosine of `u` and `v` mapped from [`cosine_floor`, 1] onto `task`'s score range"
-        spec = get_task(task)
-        s = cosine_to_sts(u, v, spec.high - spec.low, floor=self.cfg.cosine_floor)
-        return s + spec.low if spec.low else s
-
-    def _contrastive(self, batch:dict) -> TaskOutput:
-        "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): the first pair score's bi-encoder embedding"
-        t = next((t for t in self.cfg.tasks if get_task(t).is_pair and get_task(t).target == "score"), self.cfg.tasks[0])
-        u, v = self.embed_pair(batch["a"], batch["b"], t)
-        if self.cfg.cosine_proj and t in self.heads and self.cfg.head_of(t) == "cosine":   # the vectors the cosine compares
-            u, v = self.heads[t](u), self.heads[t](v)
-        return TaskOutput(None, u, v)
-
-    def _cross(self, task:str, a:dict, s:dict|None=None) -> TaskOutput:
-        "Cross-encoder pair `a`; with its other order `s` and `pair_swap`, one order per row at random in training, the mean of both in evaluation"
-        if not (self.cfg.pair_swap and s is not None):
-            u = self.embed(a, task)
-            return TaskOutput(self.heads[task](u).squeeze(-1), u)
-        if not self.training:
-            u, v = self.embed_pair(a, s, task)                        # both orders in one BERT call
-            return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
-        T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
-        a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
-        flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
-        u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a}, task)
-        return TaskOutput(self.heads[task](u).squeeze(-1), u)
-
-    def decide(self, task:str, raw:torch.Tensor) -> torch.Tensor:
-        "Predictions from raw outputs: class ids (the argmax), 0/1 of a binary logit (after the prior correction where the task has one), scores clipped to the task's range"
-        raw, spec = raw.float(), get_task(task)
-        if spec.target == "class": return raw.argmax(-1)
-        if spec.target == "binary": return (raw + self.para_logit_bias > 0).long() if spec.prior_shift else (raw > 0).long()
-        return raw.clamp(spec.low, spec.high)
-
-    @torch.no_grad()
-    def predict(self, batch:dict) -> torch.Tensor:
-        "Task predictions for `batch` (see `decide`)"
-        return self.decide(batch["task"], self(batch).pred)
-
-# %% ../nbs/06_multitask.ipynb #a730ce50
-def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", seed:int=0) -> dict:
-    "A random batch in `minbert_nb.loaders.collate`'s format (for tests and examples)"
-    g = torch.Generator().manual_seed(seed)
-    def enc(t):
-        ids = torch.randint(1, vocab, (B, t), generator=g); am = torch.ones(B, t, dtype=torch.long); am[0, t - 2:] = 0; ids[0, t - 2:] = 0
-        return dict(input_ids=ids, attention_mask=am, token_type_ids=torch.zeros(B, t, dtype=torch.long))
+# %% ../nbs/06_multitask.ipynb #68b6edac
+@patch
+def _cosine(self:MultitaskBert, task:str, u:torch.Tensor, v:torch.Tensor) -> torch.Tensor:
+    "The cosine of `u` and `v` mapped from [`cosine_floor`, 1] onto `task`'s score range"
     spec = get_task(task)
-    # the four draws every batch made before tasks were specs (5 classes, 2 classes, binary, a 0-5 score): the same batches for the same seed
-    five, two, binary, score = (torch.randint(0, 5, (B,), generator=g), torch.randint(0, 2, (B,), generator=g),
-                                torch.randint(0, 2, (B,), generator=g), torch.rand(B, generator=g) * 5)
-    if spec.target == "score": labels = spec.low + score * ((spec.high - spec.low) / 5)
-    elif spec.target == "binary": labels = binary
-    else: labels = {5: five, 2: two}.get(spec.num_labels) if spec.num_labels in (2, 5) else torch.randint(0, spec.num_labels, (B,), generator=g)
-    b = dict(task=task, ids=[f"id{i}" for i in range(B)], labels=labels, a=enc(T))
-    if spec.is_pair and pair_mode in ("bi", "both"): b["b"] = enc(T - 1)
-    if spec.is_pair and pair_mode == "both": b["x"] = enc(2 * T - 1)   # the joint sequence
-    return b
+    s = cosine_to_sts(u, v, spec.high - spec.low, floor=self.cfg.cosine_floor)
+    return s + spec.low if spec.low else s
+
+# %% ../nbs/06_multitask.ipynb #b98e06e7
+@patch
+def _cross(self:MultitaskBert, task:str, a:dict, s:dict|None=None) -> TaskOutput:
+    "Cross-encoder pair `a`; with its other order `s` and `pair_swap`, one order per row at random in training, the mean of both in evaluation"
+    if not (self.cfg.pair_swap and s is not None):
+        u = self.embed(a, task)
+        return TaskOutput(self.heads[task](u).squeeze(-1), u)
+    if not self.training:
+        u, v = self.embed_pair(a, s, task)                        # both orders in one BERT call
+        return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
+    T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
+    a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
+    flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
+    u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a}, task)
+    return TaskOutput(self.heads[task](u).squeeze(-1), u)
+
+# %% ../nbs/06_multitask.ipynb #3d8289b6
+@patch
+def forward(self:MultitaskBert, batch:dict) -> TaskOutput:
+    task = batch["task"]
+    if task == "contrastive": return self._contrastive(batch)
+    if task not in self.cfg.tasks: raise KeyError(f"batch task {task!r} has no head; the model has {list(self.cfg.tasks)}.")
+    mode = self.cfg.mode_of(task)
+    if mode in ("single", "cross"):
+        if mode == "cross": return self._cross(task, batch["a"], batch.get("a_swap"))
+        u = self.embed(batch["a"], task)
+        return TaskOutput(self.heads[task](u), u)
+    u, v = self.embed_pair(batch["a"], batch["b"], task)
+    if mode == "both":                                   # STS: the mean of the cosine and the cross-encoder's score
+        if "x" not in batch: raise KeyError("pair_mode 'both' needs the joint sequence `x`: build the TaskDataset with pair_mode='both'.")
+        bi, cross = self._cosine(task, u, v), self._cross(task, batch["x"], batch.get("x_swap")).pred
+        return TaskOutput((bi + cross) / 2, u, v, parts=(bi, cross))
+    if self.cfg.head_of(task) == "cosine":
+        if self.cfg.cosine_proj: u, v = self.heads[task](u), self.heads[task](v)
+        return TaskOutput(self._cosine(task, u, v), u, v)
+    return TaskOutput(self.heads[task](pair_features(u, v, self.cfg.pair_features)).squeeze(-1), u, v)
+
+@patch
+def _contrastive(self:MultitaskBert, batch:dict) -> TaskOutput:
+    "Sentence vectors `u`, `v` of a batch of positive pairs (a contrastive objective; no head): the first pair score's bi-encoder embedding"
+    t = next((t for t in self.cfg.tasks if get_task(t).is_pair and get_task(t).target == "score"), self.cfg.tasks[0])
+    u, v = self.embed_pair(batch["a"], batch["b"], t)
+    if self.cfg.cosine_proj and t in self.heads and self.cfg.head_of(t) == "cosine":   # the vectors the cosine compares
+        u, v = self.heads[t](u), self.heads[t](v)
+    return TaskOutput(None, u, v)
+
+# %% ../nbs/06_multitask.ipynb #41620caa
+@patch
+def decide(self:MultitaskBert, task:str, raw:torch.Tensor) -> torch.Tensor:
+    "Predictions from raw outputs: class ids (the argmax), 0/1 of a binary logit (after the prior correction where the task has one), scores clipped to the task's range"
+    raw, spec = raw.float(), get_task(task)
+    if spec.target == "class": return raw.argmax(-1)
+    if spec.target == "binary": return (raw + self.para_logit_bias > 0).long() if spec.prior_shift else (raw > 0).long()
+    return raw.clamp(spec.low, spec.high)
+
+@patch
+@torch.no_grad()
+def predict(self:MultitaskBert, batch:dict) -> torch.Tensor:
+    "Task predictions for `batch` (see `decide`)"
+    return self.decide(batch["task"], self(batch).pred)

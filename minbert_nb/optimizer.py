@@ -41,38 +41,44 @@ class AdamW(Optimizer):
         b1, b2 = group["betas"]
         return (1 - b1 ** t, 1 - b2 ** t) if group["correct_bias"] else (1.0, 1.0)
 
-    def _step_single(self, group, ps):
-        "The update written out for one tensor at a time (the readable reference)"
-        lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
-        for p in ps:
-            g, state = p.grad, self._init_state(p)
-            m, v = state["exp_avg"], state["exp_avg_sq"]
-            state["step"] += 1
-            if wd != 0: p.mul_(1 - lr * wd)                      # decoupled weight decay
-            m.lerp_(g, 1 - b1)                                   # m = b1*m + (1-b1)*g
-            v.mul_(b2).addcmul_(g, g, value=1 - b2)              # v = b2*v + (1-b2)*g^2
-            bc1, bc2 = self._bias_corrections(group, state["step"])
-            denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
-            p.addcdiv_(m, denom, value=-lr / bc1)
+# %% ../nbs/03_optimizer.ipynb #3afd8b50
+@patch
+def _step_single(self:AdamW, group, ps):
+    "The update written out for one tensor at a time (the readable reference)"
+    lr, (b1, b2), eps, wd = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+    for p in ps:
+        g, state = p.grad, self._init_state(p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        state["step"] += 1
+        if wd != 0: p.mul_(1 - lr * wd)                      # decoupled weight decay
+        m.lerp_(g, 1 - b1)                                   # m = b1*m + (1-b1)*g
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)              # v = b2*v + (1-b2)*g^2
+        bc1, bc2 = self._bias_corrections(group, state["step"])
+        denom = (v.sqrt() / math.sqrt(bc2)).add_(eps)
+        p.addcdiv_(m, denom, value=-lr / bc1)
 
-    def path(self, group:dict) -> str:
-        "Which update `step` runs for `group`: here always 'single', the readable loop (the fast paths are patched in below)"
-        return "single"
+# %% ../nbs/03_optimizer.ipynb #293174c5
+@patch
+@torch.no_grad()
+def step(self:AdamW, closure:Callable|None=None):
+    "One update of every parameter that has a gradient"
+    loss = None
+    if closure is not None:
+        with torch.enable_grad(): loss = closure()
+    for group in self.param_groups:
+        ps = [p for p in group["params"] if p.grad is not None]
+        if not ps: continue                                  # e.g. the heads of the tasks this step did not train
+        if any(p.grad.is_sparse for p in ps): raise RuntimeError("AdamW does not support sparse gradients; use torch.optim.SparseAdam.")
+        getattr(self, f"_step_{self._path(group, ps)}")(group, ps)
+    return loss
 
-    @torch.no_grad()
-    def step(self, closure:Callable|None=None):
-        "One update of every parameter that has a gradient"
-        loss = None
-        if closure is not None:
-            with torch.enable_grad(): loss = closure()
-        for group in self.param_groups:
-            ps = [p for p in group["params"] if p.grad is not None]
-            if not ps: continue                                  # e.g. the heads of the tasks this step did not train
-            if any(p.grad.is_sparse for p in ps): raise RuntimeError("AdamW does not support sparse gradients; use torch.optim.SparseAdam.")
-            getattr(self, f"_step_{self._path(group, ps)}")(group, ps)
-        return loss
+@patch
+def path(self:AdamW, group:dict) -> str:
+    "Which update `step` runs for `group`: here always 'single', the readable loop (the fast paths are patched in below)"
+    return "single"
 
-    def _path(self, group, ps) -> str: return "single"
+@patch
+def _path(self:AdamW, group, ps) -> str: return "single"
 
 # %% ../nbs/03_optimizer.ipynb #3d27c109
 @patch
@@ -102,6 +108,7 @@ def _use_fused(self:AdamW, group, ps) -> bool:
                                             "with one float dtype; use fused=False.")
     return ok if fused else (fused is None and ok)
 
+# %% ../nbs/03_optimizer.ipynb #63867c46
 @patch
 def _device_steps(self:AdamW, ps, states) -> list:
     """Each parameter's step count as a tensor on its device, which the fused kernel reads. Kept between steps and
@@ -117,6 +124,7 @@ def _device_steps(self:AdamW, ps, states) -> list:
     for p, s, t in zip(ps, states, out): s["step"] += 1; cache[id(p)] = (s["step"], t)
     return out
 
+# %% ../nbs/03_optimizer.ipynb #64349587
 @patch
 def _step_fused(self:AdamW, group, ps):
     "The same update in one fused kernel (PyTorch's `_fused_adamw_`): one pass over memory instead of six"
@@ -126,6 +134,7 @@ def _step_fused(self:AdamW, group, ps):
     torch._fused_adamw_(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states], [], steps,
                         lr=lr, beta1=b1, beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
 
+# %% ../nbs/03_optimizer.ipynb #4e40a381
 @patch
 def _path(self:AdamW, group, ps) -> str:
     "fused where the kernel applies (the default), else foreach (the default on CUDA) or the readable loop"
@@ -138,6 +147,7 @@ def path(self:AdamW, group:dict) -> str:
     "Which update `step` runs for `group`: 'fused' (one kernel), 'foreach' (multi-tensor ops) or 'single' (the readable loop)"
     return self._path(group, list(group["params"]))
 
+# %% ../nbs/03_optimizer.ipynb #a818c42f
 @patch
 def __getstate__(self:AdamW):   # the device step counters are a cache: not pickled, rebuilt from state['step']
     d = Optimizer.__getstate__(self); d.pop("_step_t", None); return d
@@ -192,6 +202,7 @@ def linear_schedule(total_steps:int, warmup:float|int=0.1) -> Callable:
         return max(0.0, (total_steps - t) / max(1, total_steps - w))
     return f
 
+# %% ../nbs/03_optimizer.ipynb #694da38a
 def noam_schedule(total_steps:int, warmup:float|int=0.1) -> Callable:
     "Multiplier: linear warmup to 1, then `sqrt(w / t)` (inverse square-root decay)"
     w = max(1, warmup_steps(total_steps, warmup))
@@ -202,6 +213,7 @@ def constant_schedule(total_steps:int, warmup:float|int=0) -> Callable:
     w = warmup_steps(total_steps, warmup)
     return lambda t: t / w if t < w else 1.0
 
+# %% ../nbs/03_optimizer.ipynb #3040be22
 SCHEDULES = dict(linear=linear_schedule, noam=noam_schedule, constant=constant_schedule)
 
 def make_scheduler(opt:Optimizer, name:str, total_steps:int, warmup:float|int=0.1) -> LambdaLR:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools, math, typing
 from dataclasses import dataclass, fields
 from torch import nn
+from fastcore.basics import patch
 from .bert import BertModel
 from .lora import inject_lora, LORA_TARGETS
 from .adapters import inject_adapters, inject_pals, inject_task_layernorms, TaskLayerNorm
@@ -34,15 +35,18 @@ class Range:
         return ((self.lo is None or (v > self.lo if self.ends[0] == "(" else v >= self.lo)) and
                 (self.hi is None or (v < self.hi if self.ends[1] == ")" else v <= self.hi)))
 
-    def describe(self, whole:bool=False) -> str:
-        "The range in words: 'a number >= 0 (a learning rate)', 'a probability in [0, 1)'"
-        n = lambda x: str(int(x)) if float(x).is_integer() else repr(x)
-        noun = self.noun or ("a whole number" if whole else "a number")
-        if self.hi is None: s = f"{noun} {'>' if self.ends[0] == '(' else '>='} {n(self.lo)}"
-        elif self.lo is None: s = f"{noun} {'<' if self.ends[1] == ')' else '<='} {n(self.hi)}"
-        else: s = f"{noun} in {self.ends[0]}{n(self.lo)}, {n(self.hi)}{self.ends[1]}"
-        return s + (f" ({self.note})" if self.note else "")
+# %% ../nbs/05d_peft.ipynb #f8561f42
+@patch
+def describe(self:Range, whole:bool=False) -> str:
+    "The range in words: 'a number >= 0 (a learning rate)', 'a probability in [0, 1)'"
+    n = lambda x: str(int(x)) if float(x).is_integer() else repr(x)
+    noun = self.noun or ("a whole number" if whole else "a number")
+    if self.hi is None: s = f"{noun} {'>' if self.ends[0] == '(' else '>='} {n(self.lo)}"
+    elif self.lo is None: s = f"{noun} {'<' if self.ends[1] == ')' else '<='} {n(self.hi)}"
+    else: s = f"{noun} in {self.ends[0]}{n(self.lo)}, {n(self.hi)}{self.ends[1]}"
+    return s + (f" ({self.note})" if self.note else "")
 
+# %% ../nbs/05d_peft.ipynb #58cf5e98
 COUNT = Range(1)                                       # sizes, counts, steps: at least one
 PROBABILITY = Range(0, 1, "[)", noun="a probability")  # dropout: 1 would drop every unit
 
@@ -71,9 +75,11 @@ def parse_peft(spec) -> tuple:
     if {"lora", "dora"} <= set(items): raise ValueError("peft: choose lora or dora, not both (DoRA is LoRA with a magnitude vector).")
     return tuple(m for m in PEFT_METHODS if m in items)
 
+# %% ../nbs/05d_peft.ipynb #a41d3feb
 PEFT_RANGES = dict(pal_size=COUNT, pal_heads=COUNT, prefix_len=COUNT, prefix_hidden=COUNT, adapter_size=COUNT, lora_r=COUNT,
                    lora_alpha=Range(0, ends="()", note="the update is scaled by alpha / r"), lora_dropout=PROBABILITY)
 
+# %% ../nbs/05d_peft.ipynb #672bcafd
 @dataclass
 class PeftConfig:
     """Which PEFT modules to attach, and their sizes. The one declaration of these settings: `ModelConfig` (`06_multitask`)
@@ -93,21 +99,6 @@ class PeftConfig:
     lora_dropout: float = 0.0        # dropout on the LoRA branch's input
     lora_targets: str|tuple = "query,value"  # LoRA/DoRA layers: query,key,value,attention_output,intermediate,output
 
-    @property
-    def methods(self) -> tuple:
-        "The methods of `peft`, in a fixed order (`parse_peft`)"
-        return parse_peft(self.peft)
-
-    @property
-    def targets(self) -> tuple:
-        "The layers of `lora_targets`, as a tuple"
-        t = self.lora_targets
-        return tuple(x.strip() for x in t.split(",") if x.strip()) if isinstance(t, str) else tuple(t)
-
-    def peft_config(self) -> PeftConfig:
-        "Just the PEFT settings (of a `ModelConfig` or a `TrainConfig`, which extend this class)"
-        return PeftConfig(**{f.name: getattr(self, f.name) for f in fields(PeftConfig)})
-
     def __post_init__(self):
         methods = self.methods   # parses (and checks) peft
         if bad := [t for t in self.targets if t not in LORA_TARGETS]: raise ValueError(f"lora_targets: unknown {bad}; expected some of {', '.join(LORA_TARGETS)}.")
@@ -121,6 +112,23 @@ class PeftConfig:
         if "pal" in methods and self.pal_heads is not None and self.pal_size % self.pal_heads:
             raise ValueError(f"pal_size={self.pal_size} is not a multiple of pal_heads={self.pal_heads}; "
                              f"choose e.g. pal_size={self.pal_heads * max(1, round(self.pal_size / self.pal_heads))}.")
+
+# %% ../nbs/05d_peft.ipynb #bd8cf78e
+@patch(as_prop=True)
+def methods(self:PeftConfig) -> tuple:
+    "The methods of `peft`, in a fixed order (`parse_peft`)"
+    return parse_peft(self.peft)
+
+@patch(as_prop=True)
+def targets(self:PeftConfig) -> tuple:
+    "The layers of `lora_targets`, as a tuple"
+    t = self.lora_targets
+    return tuple(x.strip() for x in t.split(",") if x.strip()) if isinstance(t, str) else tuple(t)
+
+@patch
+def peft_config(self:PeftConfig) -> PeftConfig:
+    "Just the PEFT settings (of a `ModelConfig` or a `TrainConfig`, which extend this class)"
+    return PeftConfig(**{f.name: getattr(self, f.name) for f in fields(PeftConfig)})
 
 # %% ../nbs/05d_peft.ipynb #c1430807
 def inject_peft(bert:BertModel, cfg:PeftConfig, tasks) -> dict:
@@ -157,6 +165,7 @@ def set_trainable(model:nn.Module, mode:str, methods=()) -> nn.Module:
         p.requires_grad_(keep)
     return model
 
+# %% ../nbs/05d_peft.ipynb #df5d96cb
 def param_report(model:nn.Module) -> dict:
     "Parameter counts: total, trainable, backbone_trainable (non-PEFT backbone weights that train), peft, layernorm (per-task copies), heads"
     r = dict(total=0, trainable=0, backbone_trainable=0, peft=0, layernorm=0, heads=0)

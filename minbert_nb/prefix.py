@@ -8,6 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/prefix.html.md"""
 from __future__ import annotations
 import torch
 from torch import nn
+from fastcore.basics import patch
 from .core import *
 from .bert import BertModel, task_context
 from .adapters import pick_task
@@ -41,48 +42,55 @@ class PrefixTuning(nn.Module):
                                              for t in tasks})
         else: self.prefix_kv = nn.ParameterDict({t: nn.Parameter(torch.randn(self.L, 2, self.nh, length, self.hs) * std) for t in tasks})
 
-    @property
-    def tasks(self):
-        return list((self.prefix_input if self.kind == "input" else self.prefix_embedding if self.mlp else self.prefix_kv).keys())
+# %% ../nbs/05c_prefix.ipynb #93d11716
+@patch(as_prop=True)
+def tasks(self:PrefixTuning):
+    return list((self.prefix_input if self.kind == "input" else self.prefix_embedding if self.mlp else self.prefix_kv).keys())
 
-    def kv(self, task:str) -> torch.Tensor:
-        "Keys and values of `task`: (L, 2, nh, P, hs)"
-        if self.kind == "input":                                                      # layer l's key and value of its P vectors
-            h = self.prefix_input[task]
-            heads = lambda x: x.view(self.P, self.nh, self.hs).transpose(0, 1)        # (P, C) -> (nh, P, hs)
-            return torch.stack([torch.stack([heads(a.key(h[l])), heads(a.value(h[l]))]) for l, a in enumerate(self._attn)])
-        if not self.mlp: return self.prefix_kv[task]
-        out = self.prefix_mlp[task](self.prefix_embedding[task])                       # (P, L * 2 * C)
-        return out.view(self.P, self.L, 2, self.nh, self.hs).permute(1, 2, 3, 0, 4)    # (L, 2, nh, P, hs)
+@patch
+def kv(self:PrefixTuning, task:str) -> torch.Tensor:
+    "Keys and values of `task`: (L, 2, nh, P, hs)"
+    if self.kind == "input":                                                      # layer l's key and value of its P vectors
+        h = self.prefix_input[task]
+        heads = lambda x: x.view(self.P, self.nh, self.hs).transpose(0, 1)        # (P, C) -> (nh, P, hs)
+        return torch.stack([torch.stack([heads(a.key(h[l])), heads(a.value(h[l]))]) for l, a in enumerate(self._attn)])
+    if not self.mlp: return self.prefix_kv[task]
+    out = self.prefix_mlp[task](self.prefix_embedding[task])                       # (P, L * 2 * C)
+    return out.view(self.P, self.L, 2, self.nh, self.hs).permute(1, 2, 3, 0, 4)    # (L, 2, nh, P, hs)
 
-    def forward(self, batch_size:int) -> list:
-        "One `(keys, values)` pair per layer, each (B, nh, P, hs), for the current task"
-        kv = self.kv(pick_task(self.tasks))
-        return [(kv[l, 0].expand(batch_size, -1, -1, -1), kv[l, 1].expand(batch_size, -1, -1, -1)) for l in range(self.L)]
+# %% ../nbs/05c_prefix.ipynb #c428d8e5
+@patch
+def forward(self:PrefixTuning, batch_size:int) -> list:
+    "One `(keys, values)` pair per layer, each (B, nh, P, hs), for the current task"
+    kv = self.kv(pick_task(self.tasks))
+    return [(kv[l, 0].expand(batch_size, -1, -1, -1), kv[l, 1].expand(batch_size, -1, -1, -1)) for l in range(self.L)]
 
-    @torch.no_grad()
-    def init_from_hidden(self, bert:BertModel, enc:dict, task:str):
-        "Set `task`'s prefixes from the hidden states `bert` computes at the first P real tokens of batch `enc` (keys and values for 'kv')"
-        provider, bert.prefix_provider, was_training = bert.prefix_provider, None, bert.training   # the plain model's activations,
-        try:                                                                                          # without dropout
-            with task_context(task):
-                hs = bert.eval()(enc["input_ids"], enc.get("attention_mask"), enc.get("token_type_ids"), output_hidden_states=True).hidden_states
-        finally: bert.prefix_provider = provider; bert.train(was_training)
-        m = enc["attention_mask"].bool() if enc.get("attention_mask") is not None else torch.ones_like(enc["input_ids"], dtype=torch.bool)
-        if int(m.sum()) < self.P: raise ValueError(f"prefix init: the batch has {int(m.sum())} real tokens, fewer than prefix_len={self.P}.")
-        if self.kind == "input":
-            for l in range(self.L): self.prefix_input[task][l].copy_(hs[l][m][:self.P])   # layer l's input at P real tokens
-            return self
-        if self.mlp: self.prefix_embedding[task].copy_(hs[0][m][:self.P]); return self
-        for l, layer in enumerate(bert.encoder.layer):
-            h = hs[l][m][:self.P]                                              # (P, C): the layer's input at P real tokens
-            with task_context(task):                                           # wrapped projections (LoRA) see the task too
-                k, v = layer.attention.self.key(h), layer.attention.self.value(h)   # (P, C)
-            self.prefix_kv[task][l, 0].copy_(k.view(self.P, self.nh, self.hs).transpose(0, 1))
-            self.prefix_kv[task][l, 1].copy_(v.view(self.P, self.nh, self.hs).transpose(0, 1))
-        return self
-
+# %% ../nbs/05c_prefix.ipynb #4aeae81f
 def inject_prefix(model:BertModel, tasks, length:int=10, mlp:bool=False, mlp_hidden:int=512, kind:str="kv") -> PrefixTuning:
     "Give `model` per-task prefixes (`model.prefix_provider`); `mlp_hidden` is the width of the reparameterisation MLP"
     model.prefix_provider = PrefixTuning(model.config, tasks, length, mlp, mlp_hidden, kind, layers=model.encoder.layer)
     return model.prefix_provider
+
+# %% ../nbs/05c_prefix.ipynb #620ec25a
+@patch
+@torch.no_grad()
+def init_from_hidden(self:PrefixTuning, bert:BertModel, enc:dict, task:str):
+    "Set `task`'s prefixes from the hidden states `bert` computes at the first P real tokens of batch `enc` (keys and values for 'kv')"
+    provider, bert.prefix_provider, was_training = bert.prefix_provider, None, bert.training   # the plain model's activations,
+    try:                                                                                          # without dropout
+        with task_context(task):
+            hs = bert.eval()(enc["input_ids"], enc.get("attention_mask"), enc.get("token_type_ids"), output_hidden_states=True).hidden_states
+    finally: bert.prefix_provider = provider; bert.train(was_training)
+    m = enc["attention_mask"].bool() if enc.get("attention_mask") is not None else torch.ones_like(enc["input_ids"], dtype=torch.bool)
+    if int(m.sum()) < self.P: raise ValueError(f"prefix init: the batch has {int(m.sum())} real tokens, fewer than prefix_len={self.P}.")
+    if self.kind == "input":
+        for l in range(self.L): self.prefix_input[task][l].copy_(hs[l][m][:self.P])   # layer l's input at P real tokens
+        return self
+    if self.mlp: self.prefix_embedding[task].copy_(hs[0][m][:self.P]); return self
+    for l, layer in enumerate(bert.encoder.layer):
+        h = hs[l][m][:self.P]                                              # (P, C): the layer's input at P real tokens
+        with task_context(task):                                           # wrapped projections (LoRA) see the task too
+            k, v = layer.attention.self.key(h), layer.attention.self.value(h)   # (P, C)
+        self.prefix_kv[task][l, 0].copy_(k.view(self.P, self.nh, self.hs).transpose(0, 1))
+        self.prefix_kv[task][l, 1].copy_(v.view(self.P, self.nh, self.hs).transpose(0, 1))
+    return self

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 import numpy as np
 import torch
+from fastcore.basics import patch
 from torch.utils.data import RandomSampler
 from .data import CS224N_TASKS
 
@@ -101,51 +102,59 @@ class TaskSchedule:
         if not 1 <= epoch <= self.total_epochs:
             raise ValueError(f"TaskSchedule: epoch={epoch} is outside 1..{self.total_epochs} (epochs are 1-based).")
 
-    def alpha(self, epoch:int) -> float|None:
-        "Exponent of the sampled kinds in `epoch` (None for the others)"
-        self._check(epoch)
-        k = self.cfg.kind
-        if k not in SAMPLED_KINDS: return None
-        if k == "annealed": return annealed_alpha(epoch, self.total_epochs)
-        return dict(proportional=1.0, sqrt=0.5).get(k, self.cfg.alpha)
+# %% ../nbs/07_samplers.ipynb #440033c4
+@patch
+def alpha(self:TaskSchedule, epoch:int) -> float|None:
+    "Exponent of the sampled kinds in `epoch` (None for the others)"
+    self._check(epoch)
+    k = self.cfg.kind
+    if k not in SAMPLED_KINDS: return None
+    if k == "annealed": return annealed_alpha(epoch, self.total_epochs)
+    return dict(proportional=1.0, sqrt=0.5).get(k, self.cfg.alpha)
 
-    def probs(self, epoch:int) -> dict|None:
-        "Task probabilities of the sampled kinds in `epoch` (None for the others)"
-        a = self.alpha(epoch)
-        return None if a is None else task_probs(self.n_batches, a, self.cfg.upweight)
+@patch
+def probs(self:TaskSchedule, epoch:int) -> dict|None:
+    "Task probabilities of the sampled kinds in `epoch` (None for the others)"
+    a = self.alpha(epoch)
+    return None if a is None else task_probs(self.n_batches, a, self.cfg.upweight)
 
-    def n_steps(self, epoch:int) -> int:
-        "Number of optimizer steps in `epoch`"
-        self._check(epoch)
-        S, k, n = self.cfg.steps_per_epoch, self.cfg.kind, self.n_batches
-        if S is not None: return S
-        if k == "round_robin": return len(n) * min(n.values())
-        if k == "simultaneous": return n[self.anchor]
-        if self.phases is not None: return n[self.phases[epoch - 1]]
-        return sum(n.values())
+# %% ../nbs/07_samplers.ipynb #d641a931
+@patch
+def n_steps(self:TaskSchedule, epoch:int) -> int:
+    "Number of optimizer steps in `epoch`"
+    self._check(epoch)
+    S, k, n = self.cfg.steps_per_epoch, self.cfg.kind, self.n_batches
+    if S is not None: return S
+    if k == "round_robin": return len(n) * min(n.values())
+    if k == "simultaneous": return n[self.anchor]
+    if self.phases is not None: return n[self.phases[epoch - 1]]
+    return sum(n.values())
 
-    @property
-    def total_steps(self) -> int:
-        "Optimizer steps over all epochs (for learning-rate schedules)"
-        return sum(self.n_steps(e) for e in range(1, self.total_epochs + 1))
+@patch(as_prop=True)
+def total_steps(self:TaskSchedule) -> int:
+    "Optimizer steps over all epochs (for learning-rate schedules)"
+    return sum(self.n_steps(e) for e in range(1, self.total_epochs + 1))
 
-    def plan(self, epoch:int) -> list:
-        "The steps of 1-based `epoch`: one tuple of task names per optimizer step"
-        S, k, T = self.n_steps(epoch), self.cfg.kind, self.tasks
-        if k == "round_robin": return [(T[i % len(T)],) for i in range(S)]
-        if k == "simultaneous": return [tuple(T)] * S
-        if k == "sequential":
-            if self.phases is not None: return [(self.phases[epoch - 1],)] * S
-            blocks = ([self.n_batches[t] for t in T] if self.cfg.steps_per_epoch is None
-                      else [S // len(T) + (i < S % len(T)) for i in range(len(T))])
-            return [(t,) for t, b in zip(T, blocks) for _ in range(b)]
-        p = self.probs(epoch)
-        rng = np.random.default_rng([self.cfg.seed, epoch])
-        draws = rng.choice(len(T), size=S, p=[p[t] for t in T])
-        return [(T[i],) for i in draws]
+# %% ../nbs/07_samplers.ipynb #0e4381fd
+@patch
+def plan(self:TaskSchedule, epoch:int) -> list:
+    "The steps of 1-based `epoch`: one tuple of task names per optimizer step"
+    S, k, T = self.n_steps(epoch), self.cfg.kind, self.tasks
+    if k == "round_robin": return [(T[i % len(T)],) for i in range(S)]
+    if k == "simultaneous": return [tuple(T)] * S
+    if k == "sequential":
+        if self.phases is not None: return [(self.phases[epoch - 1],)] * S
+        blocks = ([self.n_batches[t] for t in T] if self.cfg.steps_per_epoch is None
+                  else [S // len(T) + (i < S % len(T)) for i in range(len(T))])
+        return [(t,) for t, b in zip(T, blocks) for _ in range(b)]
+    p = self.probs(epoch)
+    rng = np.random.default_rng([self.cfg.seed, epoch])
+    draws = rng.choice(len(T), size=S, p=[p[t] for t in T])
+    return [(T[i],) for i in draws]
 
-    def __repr__(self):
-        return f"TaskSchedule({self.cfg.kind!r}, tasks={self.tasks}, epochs={self.total_epochs}, steps={self.total_steps})"
+@patch
+def __repr__(self:TaskSchedule):
+    return f"TaskSchedule({self.cfg.kind!r}, tasks={self.tasks}, epochs={self.total_epochs}, steps={self.total_steps})"
 
 # %% ../nbs/07_samplers.ipynb #af55f7da
 def plan_summary(plan:list) -> dict:
@@ -164,6 +173,7 @@ def _set_pass(loader, pass_no:int, seed:int|None=None):
     if not found and seed is not None and isinstance(s, RandomSampler):
         s.generator = torch.Generator().manual_seed(int(seed))
 
+# %% ../nbs/07_samplers.ipynb #07c0f7c4
 class TaskIterators:
     "Endless per-task batch streams over `loaders` that reshuffle every pass and can resume mid-pass"
     def __init__(self, loaders:dict, seed:int|None=None):
@@ -177,37 +187,43 @@ class TaskIterators:
         ss = np.random.SeedSequence([self.seed, zlib.crc32(task.encode()), self.passes[task]])
         return int(ss.generate_state(1, np.uint64)[0] >> 1)
 
-    def _start(self, task):
-        _set_pass(self.loaders[task], self.passes[task], self._pass_seed(task))
-        it = iter(self.loaders[task])
-        for i in range(self.positions[task]):            # resume: replay the batches this pass already used
-            try: next(it)
-            except StopIteration:
-                raise ValueError(f"TaskIterators: state says {self.positions[task]} batches of {task!r} were used in pass "
-                                 f"{self.passes[task]}, but its loader has only {i}.") from None
-        self._its[task] = it
-
-    def next(self, task:str):
-        "The next batch of `task`, starting a new (reshuffled) pass when the current one is used up"
-        if task not in self.loaders: raise KeyError(f"TaskIterators: no loader for task {task!r}; tasks are {list(self.loaders)}.")
-        if task not in self._its: self._start(task)
-        try: batch = next(self._its[task])
+# %% ../nbs/07_samplers.ipynb #31ce3c08
+@patch
+def _start(self:TaskIterators, task):
+    _set_pass(self.loaders[task], self.passes[task], self._pass_seed(task))
+    it = iter(self.loaders[task])
+    for i in range(self.positions[task]):            # resume: replay the batches this pass already used
+        try: next(it)
         except StopIteration:
-            if self.positions[task] == 0: raise ValueError(f"TaskIterators: the loader of task {task!r} yields no batches.") from None
-            self.passes[task] += 1; self.positions[task] = 0
-            self._start(task)
-            batch = next(self._its[task])
-        self.positions[task] += 1
-        return batch
+            raise ValueError(f"TaskIterators: state says {self.positions[task]} batches of {task!r} were used in pass "
+                             f"{self.passes[task]}, but its loader has only {i}.") from None
+    self._its[task] = it
 
-    def state_dict(self) -> dict:
-        "Pass number and position within the pass of every task"
-        return dict(passes=dict(self.passes), positions=dict(self.positions), seed=self.seed)
+@patch
+def next(self:TaskIterators, task:str):
+    "The next batch of `task`, starting a new (reshuffled) pass when the current one is used up"
+    if task not in self.loaders: raise KeyError(f"TaskIterators: no loader for task {task!r}; tasks are {list(self.loaders)}.")
+    if task not in self._its: self._start(task)
+    try: batch = next(self._its[task])
+    except StopIteration:
+        if self.positions[task] == 0: raise ValueError(f"TaskIterators: the loader of task {task!r} yields no batches.") from None
+        self.passes[task] += 1; self.positions[task] = 0
+        self._start(task)
+        batch = next(self._its[task])
+    self.positions[task] += 1
+    return batch
 
-    def load_state_dict(self, state:dict):
-        "Continue from `state_dict()`: the next `next(task)` restarts the saved pass and skips the used batches"
-        if set(state["passes"]) != set(self.loaders):
-            raise ValueError(f"TaskIterators: saved tasks {sorted(state['passes'])} differ from loaders {sorted(self.loaders)}.")
-        self.passes, self.positions = dict(state["passes"]), dict(state["positions"])
-        self.seed = state.get("seed", self.seed)
-        self._its = {}
+# %% ../nbs/07_samplers.ipynb #e1f220d2
+@patch
+def state_dict(self:TaskIterators) -> dict:
+    "Pass number and position within the pass of every task"
+    return dict(passes=dict(self.passes), positions=dict(self.positions), seed=self.seed)
+
+@patch
+def load_state_dict(self:TaskIterators, state:dict):
+    "Continue from `state_dict()`: the next `next(task)` restarts the saved pass and skips the used batches"
+    if set(state["passes"]) != set(self.loaders):
+        raise ValueError(f"TaskIterators: saved tasks {sorted(state['passes'])} differ from loaders {sorted(self.loaders)}.")
+    self.passes, self.positions = dict(state["passes"]), dict(state["positions"])
+    self.seed = state.get("seed", self.seed)
+    self._its = {}
