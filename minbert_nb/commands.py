@@ -23,7 +23,7 @@ from .folders import expand, OutputFolder, check_new_folder
 # %% auto #0
 __all__ = ['dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
-# %% ../nbs/14a_commands.ipynb #23fa250e
+# %% ../nbs/14a_commands.ipynb #fd0ff5a8
 def _check_hardware(cfg:TrainConfig):
     dev = default_device(cfg.device)
     big = not is_embedded(cfg.backbone)
@@ -43,6 +43,7 @@ def dry_run(cfg:TrainConfig) -> dict:
           f"mode {cfg.mode} | tasks {','.join(cfg.tasks)}\n{format_params(r)}\n-> {run/'params.json'}")
     return r
 
+# %% ../nbs/14a_commands.ipynb #db44a3de
 def minbert_train(argv=None):
     "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"
     cfg, resume = parse_train_args(argv)
@@ -64,8 +65,7 @@ def minbert_train(argv=None):
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_train()   # python -m / torchrun -m minbert_nb.commands
 
-
-# %% ../nbs/14a_commands.ipynb #ddd3b780
+# %% ../nbs/14a_commands.ipynb #256c666d
 @cli
 def minbert_eval(run_dir:str,      # a minbert_train run folder
                  data_dir:str=None, # data folder (default: the run's)
@@ -83,6 +83,7 @@ def minbert_eval(run_dir:str,      # a minbert_train run folder
     except OSError as e: sys.exit(f"minbert_eval: the scores above were not saved: {e}")
     print(f"-> {run_dir/'eval.json'}")
 
+# %% ../nbs/14a_commands.ipynb #a1832145
 @cli
 def minbert_predict(run_dir:str,          # a minbert_train run folder
                     data_dir:str=None,    # data folder (default: the run's)
@@ -110,4 +111,3 @@ def minbert_predict(run_dir:str,          # a minbert_train run folder
         out = predict(model, cfg, load_tokenizer(cfg.backbone), run_dir, dev, amp_dtype(cfg, dev), want)
     except (DataError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
     for k, v in out.items(): print(f"{k}: {v}")
-

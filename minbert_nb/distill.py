@@ -10,6 +10,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 import dataclasses
+from fastcore.basics import patch
 from pathlib import Path
 from .step import LossTerm, StepContext
 from .checkpoint import load_checkpoint
@@ -45,14 +46,7 @@ def distill_loss(task:str, student:torch.Tensor, target:torch.Tensor, T:float=1.
         return T * T * (F.binary_cross_entropy_with_logits(s / T, p, reduction="none") - ent).mean()
     return (s - p).pow(2).mean()
 
-# %% ../nbs/08i_distill.ipynb #ab74c6e4
-def _row_keys(batch:dict) -> list:
-    "One int per row: a hash of the real token ids of every encoding of the row (`a`, and `b` for bi-encoder pairs)"
-    encs = [batch[k] for k in ("a", "b") if k in batch]
-    ids = [e["input_ids"].cpu().tolist() for e in encs]
-    lens = [e["attention_mask"].sum(1).cpu().tolist() for e in encs]
-    return [hash(tuple(tuple(x[i][:n[i]]) for x, n in zip(ids, lens))) for i in range(len(ids[0]))]
-
+# %% ../nbs/08i_distill.ipynb #97b0b693
 class TeacherTargets:
     "Targets of frozen `teachers` (MultitaskBert models) for training batches, cached per row by content"
     def __init__(self, teachers:list, student:nn.Module, T:float=1.0, cache:bool=True):
@@ -81,26 +75,39 @@ class TeacherTargets:
             outs = [m(batch).pred for m in self.teachers]
         return soft_target(batch["task"], outs, self.T)
 
-    def __call__(self, batch:dict, ctx:StepContext|None=None) -> torch.Tensor:
-        "The target for `batch`, from the cache when every row is there"
-        if not self.use_cache: return self.compute(batch, ctx)
-        host = ctx.host_batch if ctx is not None and ctx.host_batch is not None else batch   # keys without a device sync
-        task, keys = batch["task"], _row_keys(host)
-        c = self.cache.setdefault(task, {})
-        dev = batch["a"]["input_ids"].device
-        if all(k in c for k in keys):
-            self.hits += 1
-            return torch.stack([c[k].to(dev, non_blocking=True) for k in keys])
-        self.misses += 1
-        y = self.compute(batch, ctx)
-        for k, row in zip(keys, y.detach().float().unbind(0)): c[k] = row          # kept where it was computed (no sync)
-        return y
+# %% ../nbs/08i_distill.ipynb #288f5ab9
+def _row_keys(batch:dict) -> list:
+    "One int per row: a hash of the real token ids of every encoding of the row (`a`, and `b` for bi-encoder pairs)"
+    encs = [batch[k] for k in ("a", "b") if k in batch]
+    ids = [e["input_ids"].cpu().tolist() for e in encs]
+    lens = [e["attention_mask"].sum(1).cpu().tolist() for e in encs]
+    return [hash(tuple(tuple(x[i][:n[i]]) for x, n in zip(ids, lens))) for i in range(len(ids[0]))]
 
-    def state_dict(self) -> dict:
-        return {t: dict(keys=torch.tensor(list(c), dtype=torch.long), values=torch.stack([v.cpu() for v in c.values()]))
-                for t, c in self.cache.items() if c}
-    def load_state_dict(self, sd:dict):
-        self.cache = {t: dict(zip(v["keys"].tolist(), v["values"].unbind(0))) for t, v in sd.items()}
+@patch
+def __call__(self:TeacherTargets, batch:dict, ctx:StepContext|None=None) -> torch.Tensor:
+    "The target for `batch`, from the cache when every row is there"
+    if not self.use_cache: return self.compute(batch, ctx)
+    host = ctx.host_batch if ctx is not None and ctx.host_batch is not None else batch   # keys without a device sync
+    task, keys = batch["task"], _row_keys(host)
+    c = self.cache.setdefault(task, {})
+    dev = batch["a"]["input_ids"].device
+    if all(k in c for k in keys):
+        self.hits += 1
+        return torch.stack([c[k].to(dev, non_blocking=True) for k in keys])
+    self.misses += 1
+    y = self.compute(batch, ctx)
+    for k, row in zip(keys, y.detach().float().unbind(0)): c[k] = row          # kept where it was computed (no sync)
+    return y
+
+# %% ../nbs/08i_distill.ipynb #f7a7b417
+@patch
+def state_dict(self:TeacherTargets) -> dict:
+    return {t: dict(keys=torch.tensor(list(c), dtype=torch.long), values=torch.stack([v.cpu() for v in c.values()]))
+            for t, c in self.cache.items() if c}
+
+@patch
+def load_state_dict(self:TeacherTargets, sd:dict):
+    self.cache = {t: dict(zip(v["keys"].tolist(), v["values"].unbind(0))) for t, v in sd.items()}
 
 # %% ../nbs/08i_distill.ipynb #b873b5df
 class DistillTerm(LossTerm):

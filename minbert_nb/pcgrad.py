@@ -11,12 +11,13 @@ from pathlib import Path
 import torch
 from torch import nn
 import torch.distributed as dist
+from fastcore.basics import patch
 from .core import to_device
 from .step import GradTransform, StepContext, base_loss, _rng_devices
 
 # %% auto #0
-__all__ = ['pcgrad_orders', 'project_conflicting', 'pcgrad', 'task_of', 'split_params', 'shared_params', 'flatten_grads',
-           'assign_flat_grad', 'task_gradients', 'PCGrad', 'grad_cosines', 'GradConflictLog', 'PCGradGrads',
+__all__ = ['pcgrad_orders', 'project_conflicting', 'pcgrad', 'task_of', 'split_params', 'shared_params', 'task_gradients',
+           'flatten_grads', 'assign_flat_grad', 'PCGrad', 'grad_cosines', 'GradConflictLog', 'PCGradGrads',
            'ConflictProbe']
 
 # %% ../nbs/08h_pcgrad.ipynb #547a5a91
@@ -84,7 +85,22 @@ def shared_params(model:nn.Module, tasks=None) -> list:
     "The trainable parameters every task updates: all but the heads and the per-task PEFT modules"
     return list(split_params(model, tasks)[0].values())
 
-# %% ../nbs/08h_pcgrad.ipynb #81f76d83
+# %% ../nbs/08h_pcgrad.ipynb #5e4c22be
+def _grads(loss:torch.Tensor, params:list, retain_graph:bool=False) -> list:
+    "d loss / d p for each of `params`; None where the loss does not reach p (or has no graph at all)"
+    if not loss.requires_grad or not params: return [None] * len(params)
+    return list(torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True))
+
+def _flat(gs, params) -> torch.Tensor:
+    if not params: return torch.zeros(0)
+    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, params)])
+
+def task_gradients(losses:dict, params, retain_graph:bool=False) -> dict:
+    "Task -> flat gradient of `losses[task]` with respect to `params` (zeros where unused); `.grad` is left alone"
+    params, n = list(params), len(losses)
+    return {t: _flat(_grads(loss, params, retain_graph or i < n - 1), params) for i, (t, loss) in enumerate(losses.items())}
+
+# %% ../nbs/08h_pcgrad.ipynb #948db3b9
 def flatten_grads(params) -> torch.Tensor:
     "The `.grad` of `params` as one flat vector (zeros where `.grad` is None)"
     params = list(params)
@@ -103,21 +119,7 @@ def assign_flat_grad(params, flat:torch.Tensor, add:bool=False, mask=None) -> li
         else: p.grad = g.clone()
     return params
 
-def _grads(loss:torch.Tensor, params:list, retain_graph:bool=False) -> list:
-    "d loss / d p for each of `params`; None where the loss does not reach p (or has no graph at all)"
-    if not loss.requires_grad or not params: return [None] * len(params)
-    return list(torch.autograd.grad(loss, params, retain_graph=retain_graph, allow_unused=True))
-
-def _flat(gs, params) -> torch.Tensor:
-    if not params: return torch.zeros(0)
-    return torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(gs, params)])
-
-def task_gradients(losses:dict, params, retain_graph:bool=False) -> dict:
-    "Task -> flat gradient of `losses[task]` with respect to `params` (zeros where unused); `.grad` is left alone"
-    params, n = list(params), len(losses)
-    return {t: _flat(_grads(loss, params, retain_graph or i < n - 1), params) for i, (t, loss) in enumerate(losses.items())}
-
-# %% ../nbs/08h_pcgrad.ipynb #2ae9de05
+# %% ../nbs/08h_pcgrad.ipynb #764cd6b0
 def _check_single_process(model:nn.Module):
     if isinstance(model, nn.parallel.DistributedDataParallel) or (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
         raise NotImplementedError(
@@ -144,35 +146,41 @@ class PCGrad:
         "Forget the task gradients added since the last `apply`"
         self.grads, self.used = {}, [False] * len(self.shared)
 
-    def add(self, task:str, loss:torch.Tensor, retain_graph:bool=False):
-        "Back-propagate `task`'s `loss`: the shared gradient is kept (summed over adds of one task), the task-specific one goes to `.grad`"
-        gs = _grads(loss, self.shared + self.specific, retain_graph); ns = len(self.shared)
-        self.used = [u or g is not None for u, g in zip(self.used, gs[:ns])]
-        flat = _flat(gs[:ns], self.shared)
-        self.grads[task] = self.grads[task] + flat if task in self.grads else flat
-        for p, g in zip(self.specific, gs[ns:]):
-            if g is None: continue
-            if p.grad is None: p.grad = g
-            else: p.grad.add_(g)
-        return self
+# %% ../nbs/08h_pcgrad.ipynb #47cc13ba
+@patch
+def add(self:PCGrad, task:str, loss:torch.Tensor, retain_graph:bool=False):
+    "Back-propagate `task`'s `loss`: the shared gradient is kept (summed over adds of one task), the task-specific one goes to `.grad`"
+    gs = _grads(loss, self.shared + self.specific, retain_graph); ns = len(self.shared)
+    self.used = [u or g is not None for u, g in zip(self.used, gs[:ns])]
+    flat = _flat(gs[:ns], self.shared)
+    self.grads[task] = self.grads[task] + flat if task in self.grads else flat
+    for p, g in zip(self.specific, gs[ns:]):
+        if g is None: continue
+        if p.grad is None: p.grad = g
+        else: p.grad.add_(g)
+    return self
 
-    def combine(self, grads:dict) -> torch.Tensor:
-        "The shared update from the task gradients: `pcgrad`, or their sum (mean) when `surgery=False`"
-        if self.surgery: return pcgrad(grads, self.generator, reduction=self.reduction)
-        g = torch.stack(list(grads.values()))
-        return g.sum(0) if self.reduction == "sum" else g.mean(0)
+# %% ../nbs/08h_pcgrad.ipynb #161520bb
+@patch
+def combine(self:PCGrad, grads:dict) -> torch.Tensor:
+    "The shared update from the task gradients: `pcgrad`, or their sum (mean) when `surgery=False`"
+    if self.surgery: return pcgrad(grads, self.generator, reduction=self.reduction)
+    g = torch.stack(list(grads.values()))
+    return g.sum(0) if self.reduction == "sum" else g.mean(0)
 
-    def apply(self) -> dict:
-        "Add the combined gradient to the shared parameters' `.grad` (unreached ones stay None); returns the task gradients"
-        grads = self.grads
-        if grads: assign_flat_grad(self.shared, self.combine(grads), add=True, mask=self.used)
-        self.reset()
-        return grads
+@patch
+def apply(self:PCGrad) -> dict:
+    "Add the combined gradient to the shared parameters' `.grad` (unreached ones stay None); returns the task gradients"
+    grads = self.grads
+    if grads: assign_flat_grad(self.shared, self.combine(grads), add=True, mask=self.used)
+    self.reset()
+    return grads
 
-    def backward(self, losses:dict) -> dict:
-        "`add` every loss of `losses` (task -> scalar), then `apply`: the surgical `sum(losses.values()).backward()`"
-        for i, (t, loss) in enumerate(losses.items()): self.add(t, loss, retain_graph=i < len(losses) - 1)
-        return self.apply()
+@patch
+def backward(self:PCGrad, losses:dict) -> dict:
+    "`add` every loss of `losses` (task -> scalar), then `apply`: the surgical `sum(losses.values()).backward()`"
+    for i, (t, loss) in enumerate(losses.items()): self.add(t, loss, retain_graph=i < len(losses) - 1)
+    return self.apply()
 
 # %% ../nbs/08h_pcgrad.ipynb #01246eb5
 def grad_cosines(grads) -> dict:
@@ -183,7 +191,7 @@ def grad_cosines(grads) -> dict:
     return {(keys[i], keys[j]): G[i].dot(G[j]).item() / (norms[i] * norms[j]) if norms[i] > 0 and norms[j] > 0 else math.nan
             for i in range(len(keys)) for j in range(i + 1, len(keys))}
 
-# %% ../nbs/08h_pcgrad.ipynb #8aebd9a2
+# %% ../nbs/08h_pcgrad.ipynb #02f6e75d
 class GradConflictLog:
     "Pairwise cosines of the task gradients during training: `record` every few steps, then `to_csv`, `summary`, `plot`"
     columns = ("step", "epoch", "task_a", "task_b", "cosine")
@@ -194,20 +202,6 @@ class GradConflictLog:
         cos = grad_cosines(grads)
         self.rows += [dict(step=int(step), epoch=int(epoch), task_a=str(a), task_b=str(b), cosine=c) for (a, b), c in cos.items()]
         return cos
-
-    def to_csv(self, path) -> Path:
-        "Write the rows to `path`: columns step, epoch, task_a, task_b, cosine"
-        path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as f:
-            w = csv.DictWriter(f, self.columns); w.writeheader(); w.writerows(self.rows)
-        return path
-
-    @classmethod
-    def from_csv(cls, path) -> GradConflictLog:
-        "Read a log written by `to_csv`"
-        with open(path, newline="") as f:
-            return cls(dict(step=int(r["step"]), epoch=int(r["epoch"]), task_a=r["task_a"], task_b=r["task_b"], cosine=float(r["cosine"]))
-                       for r in csv.DictReader(f))
 
     def pairs(self) -> list:
         "The task pairs, in the order first recorded"
@@ -222,25 +216,43 @@ class GradConflictLog:
                                    frac_conflicting=sum(c < 0 for c in cs) / len(cs) if cs else None, n=len(cs))
         return out
 
-    def plot(self, path=None, title:str="cosine of the task gradients on the shared parameters"):
-        "Cosine against step, one line per pair, a dashed zero line (below it: conflict), dotted epoch starts; saved to `path` if given"
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6.4, 3.8)); summ = self.summary()
-        for a, b in self.pairs():
-            rs, s = [r for r in self.rows if (r["task_a"], r["task_b"]) == (a, b)], summ[f"{a}-{b}"]
-            lab = f"{a}-{b}" + (f" (mean {s['mean_cosine']:+.3f}, {s['frac_conflicting']:.0%} < 0)" if s["n"] else "")
-            ax.plot([r["step"] for r in rs], [r["cosine"] for r in rs], marker=".", lw=1, label=lab, ls=":" if a == b else "-")   # a-a: two batches of a
-        ax.axhline(0, color="k", lw=0.8, ls="--")
-        for e in sorted({r["epoch"] for r in self.rows})[1:]: ax.axvline(min(r["step"] for r in self.rows if r["epoch"] == e), color="0.6", lw=0.6, ls=":")
-        ax.set_xlabel("step"); ax.set_ylabel("cosine"); ax.set_title(title, fontsize=10); ax.grid(alpha=0.3)
-        if self.rows: ax.legend(fontsize=8)
-        fig.tight_layout()
-        if path is not None:
-            from minbert_nb.core import stamp_run_figure
-            fig.tight_layout(rect=(0, 0.03, 1, 1)); stamp_run_figure(fig, path)
-            Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return fig
+# %% ../nbs/08h_pcgrad.ipynb #feaf3d2e
+@patch
+def to_csv(self:GradConflictLog, path) -> Path:
+    "Write the rows to `path`: columns step, epoch, task_a, task_b, cosine"
+    path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, self.columns); w.writeheader(); w.writerows(self.rows)
+    return path
+
+@patch(cls_method=True)
+def from_csv(cls:GradConflictLog, path) -> GradConflictLog:
+    "Read a log written by `to_csv`"
+    with open(path, newline="") as f:
+        return cls(dict(step=int(r["step"]), epoch=int(r["epoch"]), task_a=r["task_a"], task_b=r["task_b"], cosine=float(r["cosine"]))
+                   for r in csv.DictReader(f))
+
+# %% ../nbs/08h_pcgrad.ipynb #82a6c3eb
+@patch
+def plot(self:GradConflictLog, path=None, title:str="cosine of the task gradients on the shared parameters"):
+    "Cosine against step, one line per pair, a dashed zero line (below it: conflict), dotted epoch starts; saved to `path` if given"
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 3.8)); summ = self.summary()
+    for a, b in self.pairs():
+        rs, s = [r for r in self.rows if (r["task_a"], r["task_b"]) == (a, b)], summ[f"{a}-{b}"]
+        lab = f"{a}-{b}" + (f" (mean {s['mean_cosine']:+.3f}, {s['frac_conflicting']:.0%} < 0)" if s["n"] else "")
+        ax.plot([r["step"] for r in rs], [r["cosine"] for r in rs], marker=".", lw=1, label=lab, ls=":" if a == b else "-")   # a-a: two batches of a
+    ax.axhline(0, color="k", lw=0.8, ls="--")
+    for e in sorted({r["epoch"] for r in self.rows})[1:]: ax.axvline(min(r["step"] for r in self.rows if r["epoch"] == e), color="0.6", lw=0.6, ls=":")
+    ax.set_xlabel("step"); ax.set_ylabel("cosine"); ax.set_title(title, fontsize=10); ax.grid(alpha=0.3)
+    if self.rows: ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        from minbert_nb.core import stamp_run_figure
+        fig.tight_layout(rect=(0, 0.03, 1, 1)); stamp_run_figure(fig, path)
+        Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
 
 # %% ../nbs/08h_pcgrad.ipynb #546be9b4
 class PCGradGrads(GradTransform):
@@ -255,7 +267,7 @@ class PCGradGrads(GradTransform):
     def state_dict(self): return dict(generator=self.generator.get_state())
     def load_state_dict(self, sd): self.generator.set_state(sd["generator"])
 
-# %% ../nbs/08h_pcgrad.ipynb #1824823a
+# %% ../nbs/08h_pcgrad.ipynb #d2d485b5
 class ConflictProbe:
     "Every `every` optimizer steps: each task's gradient on the shared parameters from its own fresh batch; cosines into `log`"
     def __init__(self, model:nn.Module, iterators, tasks, every:int, ctx:StepContext, rows=None, reference:bool=True, batches:int=1):
@@ -267,26 +279,28 @@ class ConflictProbe:
 
     def due(self, step:int) -> bool: return step % self.every == 0
 
-    def measure(self, step:int, epoch:int) -> dict:
-        "Record the pairwise cosines of the tasks' gradients at the current weights; returns them"
-        def grad1(t):
-            b = to_device(self.iters.next(t), self.ctx.device)
-            with self.ctx.autocast(): out = self.model(b)
-            return task_gradients({t: base_loss(t, out, b["labels"])}, self.params)[t]
-        def grad(t):                                     # the mean gradient over `batches` fresh batches of task t
-            g = grad1(t)
-            for _ in range(self.batches - 1): g = g + grad1(t)
-            return g / self.batches
-        with torch.random.fork_rng(devices=_rng_devices(self.ctx.device)):
-            grads, same = {}, {}
-            for t in self.tasks:
-                grads[t] = grad(t)
-                if self.reference: same[t] = grad_cosines({0: grads[t], 1: grad(t)})[(0, 1)]   # a second batch of the same task
-        cos = self.log.record(step, epoch, grads)
-        for t, c in same.items():
-            self.log.rows.append(dict(step=int(step), epoch=int(epoch), task_a=t, task_b=t, cosine=c)); cos[(t, t)] = c
-        return cos
-
     def state_dict(self) -> dict: return dict(rows=self.log.rows, iterators=self.iters.state_dict())
     def load_state_dict(self, sd:dict):
         self.log = GradConflictLog(sd.get("rows")); self.iters.load_state_dict(sd["iterators"])
+
+# %% ../nbs/08h_pcgrad.ipynb #909ec2f5
+@patch
+def measure(self:ConflictProbe, step:int, epoch:int) -> dict:
+    "Record the pairwise cosines of the tasks' gradients at the current weights; returns them"
+    def grad1(t):
+        b = to_device(self.iters.next(t), self.ctx.device)
+        with self.ctx.autocast(): out = self.model(b)
+        return task_gradients({t: base_loss(t, out, b["labels"])}, self.params)[t]
+    def grad(t):                                     # the mean gradient over `batches` fresh batches of task t
+        g = grad1(t)
+        for _ in range(self.batches - 1): g = g + grad1(t)
+        return g / self.batches
+    with torch.random.fork_rng(devices=_rng_devices(self.ctx.device)):
+        grads, same = {}, {}
+        for t in self.tasks:
+            grads[t] = grad(t)
+            if self.reference: same[t] = grad_cosines({0: grads[t], 1: grad(t)})[(0, 1)]   # a second batch of the same task
+    cos = self.log.record(step, epoch, grads)
+    for t, c in same.items():
+        self.log.rows.append(dict(step=int(step), epoch=int(epoch), task_a=t, task_b=t, cosine=c)); cos[(t, t)] = c
+    return cos

@@ -20,13 +20,13 @@ from .folders import expand, OutputFolder
 # %% auto #0
 __all__ = ['PHASE_MODEL_FIELDS', 'parse_phases', 'phase_configs', 'copy_phase', 'train_phases', 'run_training']
 
-# %% ../nbs/14_phases.ipynb #fb271d79
+# %% ../nbs/14_phases.ipynb #37649ff3
 PHASE_MODEL_FIELDS = ("mode", "tasks", "hidden_dropout", "attention_dropout", "head_dropout")   # model fields a phase may change
 _NO_PHASE = ("phases", "out", "preset", "model_tasks")
 
 
-def parse_phases(spec) -> list:
-    "Phases from a list of dicts, a JSON string, or a JSON file: checked, each with a `name` (default `phase{k}`)"
+def _load_phases(spec) -> tuple:
+    "The phases as given — a list, a JSON string, or a JSON file read — and where they came from (for the messages)"
     where = "phases"
     if isinstance(spec, (str, Path)):
         p = Path(spec)
@@ -38,6 +38,12 @@ def parse_phases(spec) -> list:
         else:
             try: spec = json.loads(str(spec))
             except json.JSONDecodeError as e: raise ValueError(f"phases={str(spec)[:60]!r}: neither a JSON list nor a .json file ({e.msg}).") from None
+    return spec, where
+
+# %% ../nbs/14_phases.ipynb #326682b1
+def parse_phases(spec) -> list:
+    "Phases from a list of dicts, a JSON string, or a JSON file: checked, each with a `name` (default `phase{k}`)"
+    spec, where = _load_phases(spec)
     if not isinstance(spec, list) or not spec or not all(isinstance(x, dict) for x in spec):
         raise ValueError(f"{where}: expected a non-empty list of objects, e.g. "
                          '[{"name": "quora", "tasks": ["para"], "epochs": 1}, {"name": "multitask"}].')
@@ -72,7 +78,7 @@ def phase_configs(cfg:TrainConfig) -> list:
         except (ValueError, TypeError) as e: raise ValueError(f"phase {ph['name']!r}: {e}") from None
     return out
 
-# %% ../nbs/14_phases.ipynb #3980d3d9
+# %% ../nbs/14_phases.ipynb #02cf9a9c
 def _phase_summary(name:str, m:dict, pcfg:TrainConfig) -> dict:
     copied = {"copied_from": m["copied_from"]} if "copied_from" in m else {}   # a copied phase cost this run nothing
     return dict(name=name, tasks=list(pcfg.tasks), epochs=m.get("epochs"), best_epoch=m.get("best_epoch"),
@@ -90,37 +96,9 @@ def copy_phase(src, dst, ignore=("last.pt", ".*")) -> dict:
     write_json(m, tmp/"metrics.json"); dst.parent.mkdir(parents=True, exist_ok=True); os.replace(tmp, dst)
     return m
 
-def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:
-    """Train the phases of `cfg` one after another in `cfg.out` (resuming inside any phase); returns the run's metrics.
-    `twin(k, phase_config, after)`: a finished phase folder to copy instead of training phase k, or None (`minbert_ablate`'s
-    `twin_phase`); it is asked only while every earlier phase was copied, with `after` the run they came from"""
-    run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
-    cfg = dataclasses.replace(cfg, out=str(run))
-    plan = phase_configs(cfg)
-    started = [Path(c.out) for _, c in plan if Path(c.out).exists()]
-    if not resume and started:
-        raise FileExistsError(f"{run} already holds phases ({', '.join(p.name for p in started)}); continue with "
-                              f"`minbert_train --resume {run}`, or choose another --out.")
-    with OutputFolder(run, "train", resume=resume):   # new or this run's, and this process's alone (08e_folders); each phase's run checks its own
-        if not resume: write_json(asdict(dataclasses.replace(cfg, model_tasks=plan[0][1].model_tasks)), run/"config.json")
-        return _train_phases(cfg, run, plan, progress, resume, twin)
-
-def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bool, twin) -> dict:
-    prev, summary, hist, after = None, [], [], None
-    for k, (name, pcfg) in enumerate(plan, 1):
-        pdir = Path(pcfg.out)
-        if (pdir/"metrics.json").is_file(): m = json.loads((pdir/"metrics.json").read_text())   # finished earlier
-        elif twin is not None and (k == 1 or after is not None) and (src := twin(k, pcfg, after)) is not None:
-            m, after = copy_phase(src, pdir), Path(src).parent      # the same phase from the same start, trained in another run
-            print(f"phase {k}/{len(plan)}: {name}: copied from {src} (the same configuration and start), not trained again")
-        else:
-            after = None
-            print(f"phase {k}/{len(plan)}: {name} (tasks {','.join(pcfg.tasks)}, {pcfg.epochs} epoch(s)) -> {pdir}")
-            m = train(pcfg, progress=progress, resume=resume and (pdir/"last.pt").is_file(), init_from=prev)
-        summary.append(_phase_summary(name, m, pcfg))
-        h = pd.read_csv(pdir/"history.csv").assign(phase=name, phase_epoch=lambda d: d.epoch)
-        hist.append(h)
-        prev = pdir/"best.pt"
+# %% ../nbs/14_phases.ipynb #b4c07de9
+def _assemble_run(cfg:TrainConfig, run:Path, plan:list, summary:list, hist:list) -> dict:
+    "The run folder after its phases: the last phase's model and predictions, the history over all phases, every phase's scores"
     # the run folder: the last phase's model and predictions; every phase's scores
     last = Path(plan[-1][1].out)
     if (run/"predictions").exists(): shutil.rmtree(run/"predictions")
@@ -138,7 +116,41 @@ def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bo
     print("phases: " + " | ".join(f"{s['name']}: " + " ".join(f"{k}={s[k]:.4f}" for k in SCORE_KEYS if k in s) for s in summary))
     return metrics
 
+# %% ../nbs/14_phases.ipynb #39021531
+def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bool, twin) -> dict:
+    prev, summary, hist, after = None, [], [], None
+    for k, (name, pcfg) in enumerate(plan, 1):
+        pdir = Path(pcfg.out)
+        if (pdir/"metrics.json").is_file(): m = json.loads((pdir/"metrics.json").read_text())   # finished earlier
+        elif twin is not None and (k == 1 or after is not None) and (src := twin(k, pcfg, after)) is not None:
+            m, after = copy_phase(src, pdir), Path(src).parent      # the same phase from the same start, trained in another run
+            print(f"phase {k}/{len(plan)}: {name}: copied from {src} (the same configuration and start), not trained again")
+        else:
+            after = None
+            print(f"phase {k}/{len(plan)}: {name} (tasks {','.join(pcfg.tasks)}, {pcfg.epochs} epoch(s)) -> {pdir}")
+            m = train(pcfg, progress=progress, resume=resume and (pdir/"last.pt").is_file(), init_from=prev)
+        summary.append(_phase_summary(name, m, pcfg))
+        h = pd.read_csv(pdir/"history.csv").assign(phase=name, phase_epoch=lambda d: d.epoch)
+        hist.append(h)
+        prev = pdir/"best.pt"
+    return _assemble_run(cfg, run, plan, summary, hist)
+
+# %% ../nbs/14_phases.ipynb #a4f8e6f9
+def train_phases(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:
+    """Train the phases of `cfg` one after another in `cfg.out` (resuming inside any phase); returns the run's metrics.
+    `twin(k, phase_config, after)`: a finished phase folder to copy instead of training phase k, or None (`minbert_ablate`'s
+    `twin_phase`); it is asked only while every earlier phase was copied, with `after` the run they came from"""
+    run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+    cfg = dataclasses.replace(cfg, out=str(run))
+    plan = phase_configs(cfg)
+    started = [Path(c.out) for _, c in plan if Path(c.out).exists()]
+    if not resume and started:
+        raise FileExistsError(f"{run} already holds phases ({', '.join(p.name for p in started)}); continue with "
+                              f"`minbert_train --resume {run}`, or choose another --out.")
+    with OutputFolder(run, "train", resume=resume):   # new or this run's, and this process's alone (08e_folders); each phase's run checks its own
+        if not resume: write_json(asdict(dataclasses.replace(cfg, model_tasks=plan[0][1].model_tasks)), run/"config.json")
+        return _train_phases(cfg, run, plan, progress, resume, twin)
+
 def run_training(cfg:TrainConfig, progress:bool=True, resume:bool=False, twin=None) -> dict:
     "Train any config: its phases one after another in one run folder when it has them (`train_phases`, `twin` its), else one `train`"
     return train_phases(cfg, progress, resume, twin) if cfg.phases else train(cfg, progress=progress, resume=resume)
-

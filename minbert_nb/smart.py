@@ -68,7 +68,7 @@ class EmbeddingPerturbation:
 
     def remove(self): self.handle.remove()
 
-# %% ../nbs/08g_smart.ipynb #f0beccd1
+# %% ../nbs/08g_smart.ipynb #b0decf70
 class SmartTerm(LossTerm):
     "λ_s · ℓ_s(f(x + δ), f(x)) with δ from `iters` projected ascent steps of size `step` in the ∞-ball of radius `eps`; its forwards run in float32"
     name, needs_rng = "smart", True
@@ -98,6 +98,7 @@ class SmartTerm(LossTerm):
     def load_state_dict(self, sd):
         if "generator" in sd: self.generator.set_state(sd["generator"])
 
+# %% ../nbs/08g_smart.ipynb #9ab9615b
 class BregmanTerm(LossTerm):
     "$\\mu\\, \\ell_s(f(x;\\theta), f(x;\\tilde\\theta))$ against a slow copy $\\tilde\\theta \\leftarrow (1-\\beta)\\theta + \\beta\\tilde\\theta$ of the weights, moved after every optimizer step"
     name, needs_rng = "bpp", True

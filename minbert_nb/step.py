@@ -8,6 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/step.html.md"""
 from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
+from fastcore.basics import patch
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -19,10 +20,7 @@ from .data import get_task
 __all__ = ['StepContext', 'save_rng', 'LossTerm', 'MNRLTerm', 'CoSENTTerm', 'base_loss', 'GradTransform', 'SumGrads', 'StepStats',
            'TrainStep', 'WeightEMA']
 
-# %% ../nbs/08b_step.ipynb #6f308da3
-def _rng_devices(device:torch.device) -> list:
-    return [device] if device.type == "cuda" else []
-
+# %% ../nbs/08b_step.ipynb #8b039fd9
 @dataclass
 class StepContext:
     "What a loss term may need besides the batch: the raw model, autocast, and the random state the forward started from"
@@ -37,19 +35,25 @@ class StepContext:
         "The autocast context the step's forward ran under"
         return torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None)
 
-    @contextlib.contextmanager
-    def replay(self):
-        "Run a forward with the random draws of the step's own forward (dropout masks, `pair_swap`'s order); the stream outside is untouched"
-        if self.rng is None: raise RuntimeError("StepContext.replay: no random state was saved; give the term `needs_rng = True`.")
-        with torch.random.fork_rng(devices=_rng_devices(self.device)):
-            torch.set_rng_state(self.rng[0])
-            if self.rng[1] is not None: torch.cuda.set_rng_state(self.rng[1], self.device)
-            yield
+# %% ../nbs/08b_step.ipynb #42f39813
+def _rng_devices(device:torch.device) -> list:
+    return [device] if device.type == "cuda" else []
 
 def save_rng(device:torch.device) -> tuple:
     "The CPU (and CUDA) random state, for `StepContext.replay`"
     return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
 
+@patch
+@contextlib.contextmanager
+def replay(self:StepContext):
+    "Run a forward with the random draws of the step's own forward (dropout masks, `pair_swap`'s order); the stream outside is untouched"
+    if self.rng is None: raise RuntimeError("StepContext.replay: no random state was saved; give the term `needs_rng = True`.")
+    with torch.random.fork_rng(devices=_rng_devices(self.device)):
+        torch.set_rng_state(self.rng[0])
+        if self.rng[1] is not None: torch.cuda.set_rng_state(self.rng[1], self.device)
+        yield
+
+# %% ../nbs/08b_step.ipynb #4308eddc
 class LossTerm:
     "An extra loss on one task's batch. Subclasses set `name`, implement `__call__`, and may use the hooks below"
     name, needs_rng = "term", False       # needs_rng: the step saves the random state before the forward (`StepContext.replay`)
@@ -107,7 +111,7 @@ class SumGrads(GradTransform):
     def add(self, task, loss):
         if loss.requires_grad: loss.backward()
 
-# %% ../nbs/08b_step.ipynb #3b48777c
+# %% ../nbs/08b_step.ipynb #519932c2
 class StepStats:
     "Per-step loss sums and finiteness flags kept on the device, read every `sync_every` steps (see above)"
     def __init__(self, device:torch.device, sync_every:int=1, world:int=1, rank:int=0):
@@ -133,53 +137,58 @@ class StepStats:
 
     def end_step(self): self._pending.append(self._cur); self._last = self._cur
 
-    def add_grad_norm(self, gnorm:torch.Tensor):
-        "Count the last step's gradient norm; with `sync_every=1` a non-finite norm raises before the optimizer step"
-        c = self._last                                   # with sync_every=1 the step was read already: raise here
-        fin = torch.isfinite(gnorm)
-        if self.sync_every == 1 and not fin: raise FloatingPointError(self._message("gradient norm", gnorm.item(), c))
-        c["grad_ok"] = fin
-
     def due(self, steps_done:int) -> bool:
         "Whether the pending values should be read now (every `sync_every` steps)"
         return steps_done % self.sync_every == 0
 
-    def sync(self, stop_requested:bool=False) -> bool:
-        "Read the pending steps' values (one transfer; all-reduced over ranks); raise on a non-finite one; returns whether to stop"
-        P, one = self._pending, torch.ones((), dtype=torch.bool, device=self.device)
-        if not P and self.world == 1: return stop_requested
-        lok = torch.stack([c["loss_ok"] for c in P]) if P else one[None]
-        gok = torch.stack([one if c["grad_ok"] is None else c["grad_ok"] for c in P]) if P else one[None]
-        flags = torch.stack([(~lok).any(), (~gok).any()]).double()
-        names = [t for c in P for t, _ in c["by_task"]]   # each task batch's own loss rides along in the same transfer
-        none = torch.zeros(0, dtype=torch.float64, device=self.device)
-        vals = torch.cat([torch.stack([c["loss"] for c in P]) if P else none, torch.stack([d for c in P for _, d in c["by_task"]]) if names else none,
-                          flags, torch.tensor([float(stop_requested)], dtype=torch.float64, device=self.device)])
-        if self.world > 1:
-            vals = vals.clone(); vals[:len(P) + len(names)] /= self.world
-            torch.distributed.all_reduce(vals)
-        host = vals.tolist()
-        n, m = len(P), len(names); bad_loss, bad_grad, stop = host[n + m] > 0, host[n + m + 1] > 0, host[n + m + 2] > 0
-        if bad_loss or bad_grad:
-            lo, go = lok.tolist(), gok.tolist()
-            mine = [(c, "loss" if not l else "gradient norm") for c, l, g in zip(P, lo, go) if not (l and g)]
-            self._pending = []
-            if mine: raise FloatingPointError(self._message(mine[0][1], float("nan"), mine[0][0]))
-            w = P[0]["where"] if P else {}
-            raise FloatingPointError(f"non-finite loss on another rank at epoch {w.get('epoch')}, step {w.get('step')}/{w.get('of')}"
-                                     + (f" (or within the {n} steps read together)" if n > 1 else "")
-                                     + f"; that rank names the batch. The last good checkpoint is {self.checkpoint}.")
-        self.losses += host[:n]; self.task_losses += list(zip(names, host[n:n + m])); self._pending = []
-        return stop
+# %% ../nbs/08b_step.ipynb #cb108ee8
+@patch
+def add_grad_norm(self:StepStats, gnorm:torch.Tensor):
+    "Count the last step's gradient norm; with `sync_every=1` a non-finite norm raises before the optimizer step"
+    c = self._last                                   # with sync_every=1 the step was read already: raise here
+    fin = torch.isfinite(gnorm)
+    if self.sync_every == 1 and not fin: raise FloatingPointError(self._message("gradient norm", gnorm.item(), c))
+    c["grad_ok"] = fin
 
-    def _message(self, what:str, value:float, c:dict) -> str:
-        w = c["where"]; task, ids = c["tasks"][-1] if c["tasks"] else ("?", [])
-        if what != "loss": task = "+".join(t for t, _ in c["tasks"])
-        return (f"non-finite {what} ({value}) at epoch {w.get('epoch')}, step {w.get('step')}/{w.get('of')}, task {task}, "
-                f"batch ids {ids}" + (f" (rank {self.rank})" if self.world > 1 else "") + f". The last good checkpoint is "
-                f"{self.checkpoint}; lower the learning rate or check those rows, then resume or restart.")
+@patch
+def _message(self:StepStats, what:str, value:float, c:dict) -> str:
+    w = c["where"]; task, ids = c["tasks"][-1] if c["tasks"] else ("?", [])
+    if what != "loss": task = "+".join(t for t, _ in c["tasks"])
+    return (f"non-finite {what} ({value}) at epoch {w.get('epoch')}, step {w.get('step')}/{w.get('of')}, task {task}, "
+            f"batch ids {ids}" + (f" (rank {self.rank})" if self.world > 1 else "") + f". The last good checkpoint is "
+            f"{self.checkpoint}; lower the learning rate or check those rows, then resume or restart.")
 
-# %% ../nbs/08b_step.ipynb #455e2d18
+# %% ../nbs/08b_step.ipynb #5a028b01
+@patch
+def sync(self:StepStats, stop_requested:bool=False) -> bool:
+    "Read the pending steps' values (one transfer; all-reduced over ranks); raise on a non-finite one; returns whether to stop"
+    P, one = self._pending, torch.ones((), dtype=torch.bool, device=self.device)
+    if not P and self.world == 1: return stop_requested
+    lok = torch.stack([c["loss_ok"] for c in P]) if P else one[None]
+    gok = torch.stack([one if c["grad_ok"] is None else c["grad_ok"] for c in P]) if P else one[None]
+    flags = torch.stack([(~lok).any(), (~gok).any()]).double()
+    names = [t for c in P for t, _ in c["by_task"]]   # each task batch's own loss rides along in the same transfer
+    none = torch.zeros(0, dtype=torch.float64, device=self.device)
+    vals = torch.cat([torch.stack([c["loss"] for c in P]) if P else none, torch.stack([d for c in P for _, d in c["by_task"]]) if names else none,
+                      flags, torch.tensor([float(stop_requested)], dtype=torch.float64, device=self.device)])
+    if self.world > 1:
+        vals = vals.clone(); vals[:len(P) + len(names)] /= self.world
+        torch.distributed.all_reduce(vals)
+    host = vals.tolist()
+    n, m = len(P), len(names); bad_loss, bad_grad, stop = host[n + m] > 0, host[n + m + 1] > 0, host[n + m + 2] > 0
+    if bad_loss or bad_grad:
+        lo, go = lok.tolist(), gok.tolist()
+        mine = [(c, "loss" if not l else "gradient norm") for c, l, g in zip(P, lo, go) if not (l and g)]
+        self._pending = []
+        if mine: raise FloatingPointError(self._message(mine[0][1], float("nan"), mine[0][0]))
+        w = P[0]["where"] if P else {}
+        raise FloatingPointError(f"non-finite loss on another rank at epoch {w.get('epoch')}, step {w.get('step')}/{w.get('of')}"
+                                 + (f" (or within the {n} steps read together)" if n > 1 else "")
+                                 + f"; that rank names the batch. The last good checkpoint is {self.checkpoint}.")
+    self.losses += host[:n]; self.task_losses += list(zip(names, host[n:n + m])); self._pending = []
+    return stop
+
+# %% ../nbs/08b_step.ipynb #2949050e
 class TrainStep:
     "One training step as a pipeline: batch -> forward -> loss terms -> backward (gradient transform) -> clip -> optimizer step"
     def __init__(self, fwd, model:nn.Module, opt, lr_sched=None, terms=(), transform:GradTransform|None=None,
@@ -207,48 +216,56 @@ class TrainStep:
             if extra is not None: loss = loss + extra
         return loss * self.task_weights.get(task, 1.0)
 
-    def forward_backward(self, batches:list, where:dict|None=None, update:bool=True):
-        "Forward, loss terms and backward for each `(task, host batch)` of one step; with `update` (a window's end) the transform finishes the window"
-        self.stats.start_step(where or {})
-        for task, hb in batches:
-            batch = to_device(hb, self.device)
-            if task == "contrastive": batch["task"] = task
-            self.ctx.host_labels = hb.get("labels") if isinstance(hb.get("labels"), torch.Tensor) else None
-            self.ctx.host_batch = hb
-            loss = self.loss(task, batch)
-            self.stats.add_loss(loss, task, hb["ids"])
-            loss = loss / self.grad_accum if self.grad_accum > 1 else loss
-            self.transform.add(task, loss)               # backward at once: this task's activations are freed
-        self.task_grads = self.transform.end_step() if update else None   # once per optimizer step: PCGrad on the window's sums
-        self.stats.end_step()
+# %% ../nbs/08b_step.ipynb #cab82d62
+@patch
+def forward_backward(self:TrainStep, batches:list, where:dict|None=None, update:bool=True):
+    "Forward, loss terms and backward for each `(task, host batch)` of one step; with `update` (a window's end) the transform finishes the window"
+    self.stats.start_step(where or {})
+    for task, hb in batches:
+        batch = to_device(hb, self.device)
+        if task == "contrastive": batch["task"] = task
+        self.ctx.host_labels = hb.get("labels") if isinstance(hb.get("labels"), torch.Tensor) else None
+        self.ctx.host_batch = hb
+        loss = self.loss(task, batch)
+        self.stats.add_loss(loss, task, hb["ids"])
+        loss = loss / self.grad_accum if self.grad_accum > 1 else loss
+        self.transform.add(task, loss)               # backward at once: this task's activations are freed
+    self.task_grads = self.transform.end_step() if update else None   # once per optimizer step: PCGrad on the window's sums
+    self.stats.end_step()
 
-    def update(self):
-        "Clip, check the gradient norm, step the optimizer and the schedule, clear the gradients, tell the terms"
-        gnorm = nn.utils.clip_grad_norm_(self.params, self.grad_clip or float("inf"))
-        self.stats.add_grad_norm(gnorm)
-        self.opt.step()
-        if self.lr_sched is not None: self.lr_sched.step()
-        self.opt.zero_grad(set_to_none=True)
-        for t in self.terms: t.after_step(self.model)
+# %% ../nbs/08b_step.ipynb #c9d0999c
+@patch
+def update(self:TrainStep):
+    "Clip, check the gradient norm, step the optimizer and the schedule, clear the gradients, tell the terms"
+    gnorm = nn.utils.clip_grad_norm_(self.params, self.grad_clip or float("inf"))
+    self.stats.add_grad_norm(gnorm)
+    self.opt.step()
+    if self.lr_sched is not None: self.lr_sched.step()
+    self.opt.zero_grad(set_to_none=True)
+    for t in self.terms: t.after_step(self.model)
 
-    def step(self, batches:list, where:dict|None=None, update:bool=True, stop_requested:bool=False) -> bool:
-        "The whole step: `forward_backward`, then (at a window's end) a read of the device with `sync_every=1`, and `update`"
-        self.forward_backward(batches, where, update)
-        stop = stop_requested
-        if update:
-            if self.stats.sync_every == 1: stop = self.stats.sync(stop_requested)   # a bad loss stops before the optimizer step
-            self.update()
-        return stop
+@patch
+def step(self:TrainStep, batches:list, where:dict|None=None, update:bool=True, stop_requested:bool=False) -> bool:
+    "The whole step: `forward_backward`, then (at a window's end) a read of the device with `sync_every=1`, and `update`"
+    self.forward_backward(batches, where, update)
+    stop = stop_requested
+    if update:
+        if self.stats.sync_every == 1: stop = self.stats.sync(stop_requested)   # a bad loss stops before the optimizer step
+        self.update()
+    return stop
 
-    def state_dict(self) -> dict:
-        "The state of the terms and the transform (for checkpoints)"
-        return dict(terms={t.name: t.state_dict() for t in self.terms}, transform=self.transform.state_dict())
+# %% ../nbs/08b_step.ipynb #c86fbc70
+@patch
+def state_dict(self:TrainStep) -> dict:
+    "The state of the terms and the transform (for checkpoints)"
+    return dict(terms={t.name: t.state_dict() for t in self.terms}, transform=self.transform.state_dict())
 
-    def load_state_dict(self, sd:dict):
-        for t in self.terms: t.load_state_dict(sd.get("terms", {}).get(t.name, {}))
-        self.transform.load_state_dict(sd.get("transform", {}))
+@patch
+def load_state_dict(self:TrainStep, sd:dict):
+    for t in self.terms: t.load_state_dict(sd.get("terms", {}).get(t.name, {}))
+    self.transform.load_state_dict(sd.get("transform", {}))
 
-# %% ../nbs/08b_step.ipynb #60288b00
+# %% ../nbs/08b_step.ipynb #18effd58
 class WeightEMA:
     "An exponential moving average of `model`'s trainable parameters (decay `decay`, warm-up (1+t)/(10+t)); `swapped()` evaluates it"
     def __init__(self, model:nn.Module, decay:float=0.999):
@@ -266,18 +283,22 @@ class WeightEMA:
         d = min(self.decay, (1 + self.t) / (10 + self.t))
         torch._foreach_lerp_(self.shadow, [p.detach().float() for p in self.params], 1 - d)
 
-    @contextlib.contextmanager
-    def swapped(self):
-        "Inside the block the model holds the averaged weights; the raw ones come back afterwards"
-        raw = [p.detach().clone() for p in self.params]
+# %% ../nbs/08b_step.ipynb #dfe6d65b
+@patch
+@contextlib.contextmanager
+def swapped(self:WeightEMA):
+    "Inside the block the model holds the averaged weights; the raw ones come back afterwards"
+    raw = [p.detach().clone() for p in self.params]
+    with torch.no_grad():
+        for p, s in zip(self.params, self.shadow): p.copy_(s)
+    try: yield
+    finally:
         with torch.no_grad():
-            for p, s in zip(self.params, self.shadow): p.copy_(s)
-        try: yield
-        finally:
-            with torch.no_grad():
-                for p, r in zip(self.params, raw): p.copy_(r)
+            for p, r in zip(self.params, raw): p.copy_(r)
 
-    def state_dict(self) -> dict: return dict(t=self.t, decay=self.decay, names=self.names, shadow=[s.clone() for s in self.shadow])
-    def load_state_dict(self, sd:dict):
-        if sd["names"] != self.names: raise ValueError("WeightEMA: the saved average is of other parameters (another model or mode?).")
-        self.t, self.shadow = sd["t"], [s.clone() for s in sd["shadow"]]
+@patch
+def state_dict(self:WeightEMA) -> dict: return dict(t=self.t, decay=self.decay, names=self.names, shadow=[s.clone() for s in self.shadow])
+@patch
+def load_state_dict(self:WeightEMA, sd:dict):
+    if sd["names"] != self.names: raise ValueError("WeightEMA: the saved average is of other parameters (another model or mode?).")
+    self.t, self.shadow = sd["t"], [s.clone() for s in sd["shadow"]]

@@ -36,9 +36,9 @@ from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'amp_dtype', 'optimizer_updates',
-           'dist_env', 'pad_multiple_of', 'compile_forward', 'predict', 'predict_file', 'RunProgress', 'Run', 'train',
-           'score_dev', 'read_run_config', 'load_run_weights', 'load_run', 'check_same_model']
+__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
+           'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train',
+           'read_run_config', 'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -101,15 +101,7 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
-# %% ../nbs/09_train.ipynb #288698b9
-def amp_dtype(cfg:TrainConfig, device) -> torch.dtype|None:
-    "The autocast dtype of `cfg` on `device`: bf16 with `amp` bf16, or auto on CUDA and on CPUs with native bf16; None (fp32) otherwise"
-    if cfg.amp == "off": return None
-    if cfg.amp == "bf16": return torch.bfloat16
-    return torch.bfloat16 if device.type == "cuda" or (device.type == "cpu" and cpu_bf16_supported()) else None
-
-_amp_dtype = amp_dtype   # its name before it was public
-
+# %% ../nbs/09_train.ipynb #576314eb
 def _score(m:dict) -> float:
     "What picks the best epoch: the mean over every task's primary metric when a declared task is scored, else CS224N's overall, else the mean of the scores"
     if MEAN_KEY in m: return m[MEAN_KEY]
@@ -127,6 +119,7 @@ def _para_bias(train_ds, prior):
     logit = lambda p: math.log(p / (1 - p))
     return logit(prior) - logit(pi), pi
 
+# %% ../nbs/09_train.ipynb #d2d65552
 def dist_env() -> tuple:
     "`(rank, local_rank, world_size)` from torchrun's environment (0, 0, 1 for a plain process)"
     return int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -140,29 +133,7 @@ def _setup_distributed(cfg:TrainConfig):
         if not dist.is_initialized(): dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return rank, world, device
 
-RUNTIME_FIELDS = ("cache", "sdpa_cudnn")   # how a run gets its inputs or picks its kernels, not what it computes: a resumed run may change them
-
-def pad_multiple_of(cfg:TrainConfig, device) -> int:
-    "The batch-length multiple of a run: `cfg.pad_multiple`, else 32 with `compile`, 16 on CUDA, 1 (plain dynamic padding) elsewhere"
-    return cfg.pad_multiple or (32 if cfg.compile else 16 if torch.device(device).type == "cuda" else 1)
-
-def _compiled_graphs() -> int:
-    from torch._dynamo.utils import counters
-    return int(counters["stats"]["unique_graphs"])
-
-def compile_forward(fwd, model, cfg:TrainConfig):
-    """`torch.compile` the training forward with static shapes. With `pad_multiple` lengths and full training batches, the
-    shapes come from a short list, so the graphs are few (counted in metrics.json) and each is specialised"""
-    import torch._dynamo.config as dc
-    for k in ("recompile_limit", "cache_size_limit"):   # one graph per (task kind, length): above dynamo's default of 8
-        if hasattr(dc, k): setattr(dc, k, max(getattr(dc, k), 64))
-    model.bert.unpad = False   # packing the real tokens gives every batch a data-dependent shape
-    return torch.compile(fwd, dynamic=False, backend=cfg.compile_backend, **({"mode": cfg.compile_mode} if cfg.compile_mode else {}))
-
-def _cache_note(c:dict) -> str:
-    return {"hit": "from the data cache", "built": "read and tokenized, now cached", "off": "read and tokenized; cache off"}[c["status"]] + (
-        f": {c['path']}" if c.get("path") else "")
-
+# %% ../nbs/09_train.ipynb #f347b82d
 def predict(model, cfg:TrainConfig, tok, run, device, amp_dtype=None, splits=("test",)) -> dict:
     "Write prediction files of `splits` for every task of `cfg` into `run/predictions`"
     written = {}
@@ -190,7 +161,36 @@ def predict_file(model, cfg:TrainConfig, tok, run, device, task:str, path, amp_d
     write_raw(out, task, raw_path(run, task, name))
     return {f"{task}-{name}": write_predictions(out, task, prediction_path(run, task, name))}
 
-# %% ../nbs/09_train.ipynb #384a1da1
+# %% ../nbs/09_train.ipynb #f723d025
+def amp_dtype(cfg:TrainConfig, device) -> torch.dtype|None:
+    "The autocast dtype of `cfg` on `device`: bf16 with `amp` bf16, or auto on CUDA and on CPUs with native bf16; None (fp32) otherwise"
+    if cfg.amp == "off": return None
+    if cfg.amp == "bf16": return torch.bfloat16
+    return torch.bfloat16 if device.type == "cuda" or (device.type == "cpu" and cpu_bf16_supported()) else None
+
+_amp_dtype = amp_dtype   # its name before it was public
+
+RUNTIME_FIELDS = ("cache", "sdpa_cudnn")   # how a run gets its inputs or picks its kernels, not what it computes: a resumed run may change them
+
+def pad_multiple_of(cfg:TrainConfig, device) -> int:
+    "The batch-length multiple of a run: `cfg.pad_multiple`, else 32 with `compile`, 16 on CUDA, 1 (plain dynamic padding) elsewhere"
+    return cfg.pad_multiple or (32 if cfg.compile else 16 if torch.device(device).type == "cuda" else 1)
+
+# %% ../nbs/09_train.ipynb #2cba1c0a
+def _compiled_graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+def compile_forward(fwd, model, cfg:TrainConfig):
+    """`torch.compile` the training forward with static shapes. With `pad_multiple` lengths and full training batches, the
+    shapes come from a short list, so the graphs are few (counted in metrics.json) and each is specialised"""
+    import torch._dynamo.config as dc
+    for k in ("recompile_limit", "cache_size_limit"):   # one graph per (task kind, length): above dynamo's default of 8
+        if hasattr(dc, k): setattr(dc, k, max(getattr(dc, k), 64))
+    model.bert.unpad = False   # packing the real tokens gives every batch a data-dependent shape
+    return torch.compile(fwd, dynamic=False, backend=cfg.compile_backend, **({"mode": cfg.compile_mode} if cfg.compile_mode else {}))
+
+# %% ../nbs/09_train.ipynb #7a189bac
 @dataclasses.dataclass
 class RunProgress:
     "The training loop's state: saved in `last.pt` (`state_dict`, a plain dict under `progress`) and restored on resume"
@@ -217,13 +217,14 @@ class RunProgress:
 
     def state_dict(self) -> dict: return asdict(self)
 
-    @classmethod
-    def from_state_dict(cls, d:dict) -> RunProgress:
-        "A `RunProgress` from a checkpoint's `progress` (fields it lacks keep their defaults)"
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+# %% ../nbs/09_train.ipynb #a60f6b58
+@patch(cls_method=True)
+def from_state_dict(cls:RunProgress, d:dict) -> RunProgress:
+    "A `RunProgress` from a checkpoint's `progress` (fields it lacks keep their defaults)"
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})
 
-# %% ../nbs/09_train.ipynb #08572ae6
+# %% ../nbs/09_train.ipynb #05b247da
 class Run:
     """One training run, in the order `train` takes it: `open` the run folder (or the one to resume), `build` the data,
     model, optimiser and step, then per epoch `train_epoch` and `end_epoch`, and `finish`. What the steps share are its
@@ -234,33 +235,39 @@ class Run:
         self.cfg, self.progress, self.resume, self.init_from, self.on_step = cfg, progress, resume, init_from, on_step
         self.t0, self.code, self.ck, self.folder = time.time(), code_version(), None, None   # the code as it was when the run started
 
-    def open(self) -> Run:
-        "Seed, join torchrun's process group if there is one, and make the run folder (or check the one to resume)"
-        cfg = self.cfg
-        set_seed(cfg.seed)   # the same on every rank: identical heads, and resumable dropout streams
-        self.rank, self.world, self.device = _setup_distributed(cfg)
-        self.main = self.rank == 0     # only rank 0 evaluates and writes files
-        self.distributed = dist.is_initialized()   # torchrun: a process group (NCCL on CUDA), DDP, barriers; also with one process
-        self.backend = dist.get_backend() if self.distributed else None
-        if self.world > 1 and not cfg.out: raise ValueError("with torchrun, give --out RUN_DIR so that every rank uses the same run folder.")
-        self.dir = run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
-        # the folder is new or this run's (resume), and this process's alone while it trains (08e_folders): rank 0 holds it
-        self.folder = OutputFolder(run, "train", resume=self.resume).open() if self.main else None
-        try:
-            self.cfg = cfg = dataclasses.replace(cfg, out=str(run))   # the settings as saved: with the folder they went to
-            if self.resume:
-                self.ck = load_checkpoint(run/"last.pt")
-                saved = self.ck["config"]
-                check_resume_compatible(saved, {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
-            elif self.main: write_json(asdict(cfg), run/"config.json")
-        except BaseException: self.close(failed=True); raise
-        self.amp_dtype = amp_dtype(cfg, self.device)
-        if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
-        self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
-        self.pad_multiple = pad_multiple_of(cfg, self.device)
-        return self
+# %% ../nbs/09_train.ipynb #5ae14812
+@patch
+def open(self:Run) -> Run:
+    "Seed, join torchrun's process group if there is one, and make the run folder (or check the one to resume)"
+    cfg = self.cfg
+    set_seed(cfg.seed)   # the same on every rank: identical heads, and resumable dropout streams
+    self.rank, self.world, self.device = _setup_distributed(cfg)
+    self.main = self.rank == 0     # only rank 0 evaluates and writes files
+    self.distributed = dist.is_initialized()   # torchrun: a process group (NCCL on CUDA), DDP, barriers; also with one process
+    self.backend = dist.get_backend() if self.distributed else None
+    if self.world > 1 and not cfg.out: raise ValueError("with torchrun, give --out RUN_DIR so that every rank uses the same run folder.")
+    self.dir = run = expand(cfg.out) or Path(f"runs/{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}")
+    # the folder is new or this run's (resume), and this process's alone while it trains (08e_folders): rank 0 holds it
+    self.folder = OutputFolder(run, "train", resume=self.resume).open() if self.main else None
+    try:
+        self.cfg = cfg = dataclasses.replace(cfg, out=str(run))   # the settings as saved: with the folder they went to
+        if self.resume:
+            self.ck = load_checkpoint(run/"last.pt")
+            saved = self.ck["config"]
+            check_resume_compatible(saved, {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
+        elif self.main: write_json(asdict(cfg), run/"config.json")
+    except BaseException: self.close(failed=True); raise
+    self.amp_dtype = amp_dtype(cfg, self.device)
+    if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
+    self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
+    self.pad_multiple = pad_multiple_of(cfg, self.device)
+    return self
 
-# %% ../nbs/09_train.ipynb #17a56d2d
+# %% ../nbs/09_train.ipynb #01b0d048
+def _cache_note(c:dict) -> str:
+    return {"hit": "from the data cache", "built": "read and tokenized, now cached", "off": "read and tokenized; cache off"}[c["status"]] + (
+        f": {c['path']}" if c.get("path") else "")
+
 @patch
 def build(self:Run) -> Run:
     "The data and its loaders, the model, the optimiser and schedules, the step; on resume, their saved state"
@@ -287,6 +294,7 @@ def _data(self:Run):
                                       drop_last=full(data["contrastive"], cfg.contrastive_batch))} if "contrastive" in data else {})
     self.dev_dl = {t: mk(ds, cfg.eval_batch_size, False) for t, ds in data["dev"].items()}
 
+# %% ../nbs/09_train.ipynb #d5b68e44
 @patch
 def _model(self:Run):
     "The model (wrapped for DDP and compiled when asked), with a previous phase's weights, Quora's prior shift and prefixes"
@@ -312,7 +320,7 @@ def _model(self:Run):
         model.init_prefixes(first)
     self.counts = model.param_report()
 
-# %% ../nbs/09_train.ipynb #840598a2
+# %% ../nbs/09_train.ipynb #a161006c
 @patch
 def _optimiser(self:Run):
     "AdamW with its parameter groups, the task schedule, the learning-rate schedule and the task iterators"
@@ -329,6 +337,7 @@ def _optimiser(self:Run):
     self.iters = TaskIterators({**self.train_dl, **self.pos_dl}, seed=cfg.seed)
     self.st = RunProgress()
 
+# %% ../nbs/09_train.ipynb #fa6baccf
 @patch
 def _step(self:Run):
     "The training step with its loss terms and gradient transform, the probe and the weight average; a resumed run's state"
@@ -359,6 +368,7 @@ def _step(self:Run):
         step.load_state_dict(ck["step"])
         if self.probe is not None and "probe" in ck: self.probe.load_state_dict(ck["probe"])
 
+# %% ../nbs/09_train.ipynb #58db5de2
 @patch
 def save_last(self:Run):
     "Write `last.pt` (rank 0): everything needed to continue the run exactly"
@@ -370,7 +380,7 @@ def save_last(self:Run):
                      iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st.state_dict(), config=asdict(self.cfg), code=self.code,
                      **extra), self.dir/"last.pt")
 
-# %% ../nbs/09_train.ipynb #1ba674e6
+# %% ../nbs/09_train.ipynb #e36608e7
 @patch
 def train_epoch(self:Run, epoch:int, stop:GracefulStop):
     "One pass over the epoch's plan of steps, from where a resumed run stopped; checkpoints and stop requests inside"
@@ -399,6 +409,7 @@ def train_epoch(self:Run, epoch:int, stop:GracefulStop):
     bar.close()
     st.train_time += time.time() - self.t_ep
 
+# %% ../nbs/09_train.ipynb #cb68320f
 @patch
 def _after_update(self:Run, epoch:int, i:int, n:int, halt:bool, stop:GracefulStop):
     "After an optimizer update: the weight average, the probe, and a checkpoint when one is due or a stop is asked for"
@@ -416,7 +427,42 @@ def _after_update(self:Run, epoch:int, i:int, n:int, halt:bool, stop:GracefulSto
         if halt: raise TrainingInterrupted(f"{stop.signal}: checkpoint saved at epoch {epoch}, step {i + 1}/{n} "
                                            f"({self.dir/'last.pt'}). Resume with: minbert_train --resume {self.dir}", stop.signal)
 
-# %% ../nbs/09_train.ipynb #038c0779
+# %% ../nbs/09_train.ipynb #a73691b4
+@patch
+def _evaluate(self:Run) -> tuple:
+    "Dev metrics and predictions of the weights to keep (the average with `ema`; the raw weights' metrics beside them)"
+    model, ema = self.model, self.ema
+    raw_m = evaluate(model, self.dev_dl, self.device, self.amp_dtype)[0] if ema is not None else {}
+    with ema.swapped() if ema is not None else contextlib.nullcontext():
+        t = time.time()
+        m, preds = evaluate(model, self.dev_dl, self.device, self.amp_dtype, progress=self.progress)
+        self.eval_time = time.time() - t
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if ema is not None else None
+    if self.prior_task in preds and self.bias:
+        lab = preds[self.prior_task].dropna(subset=["label"])
+        m[f"{self.prior_task}_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
+    return m, preds, raw_m, weights
+
+# %% ../nbs/09_train.ipynb #efa67766
+@patch
+def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
+    "The epoch's row of `history.csv` (scores, losses, timings, throughput), the probe's log, and a line on the terminal"
+    st, opt = self.st, self.opt
+    task_losses = st.task_losses
+    row = dict(epoch=epoch, step=st.step, train_loss=float(np.mean(st.losses)), train_time_s=st.train_time, eval_time_s=self.eval_time,
+               data_time_s=st.data_time_s, train_ex_per_s=st.n_ex / max(st.train_time, 1e-9),
+               train_padding_fraction=st.n_pad / max(st.n_tok + st.n_pad, 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
+               **{f"train_loss_{t}": float(np.mean([v for u, v in task_losses if u == t])) for t in dict.fromkeys(u for u, _ in task_losses)},
+               **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
+    st.history.append(row)
+    pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
+    if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
+    best = st.best is None or _score(m) > st.best
+    print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
+          (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
+          f" ({st.train_time:.0f}s train)" + (" *best*" if best else ""))
+
+# %% ../nbs/09_train.ipynb #84caa50f
 @patch
 def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     "Score the epoch on dev (rank 0), log it, keep the best epoch's weights and predictions, checkpoint; the other ranks wait"
@@ -436,66 +482,7 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
                                   f"Resume with: minbert_train --resume {self.dir}" if self.main else
                                   f"{stop.signal}: rank {self.rank} stopped after epoch {epoch}.", stop.signal)
 
-@patch
-def _evaluate(self:Run) -> tuple:
-    "Dev metrics and predictions of the weights to keep (the average with `ema`; the raw weights' metrics beside them)"
-    model, ema = self.model, self.ema
-    raw_m = evaluate(model, self.dev_dl, self.device, self.amp_dtype)[0] if ema is not None else {}
-    with ema.swapped() if ema is not None else contextlib.nullcontext():
-        t = time.time()
-        m, preds = evaluate(model, self.dev_dl, self.device, self.amp_dtype, progress=self.progress)
-        self.eval_time = time.time() - t
-        weights = {k: v.detach().clone() for k, v in model.state_dict().items()} if ema is not None else None
-    if self.prior_task in preds and self.bias:
-        lab = preds[self.prior_task].dropna(subset=["label"])
-        m[f"{self.prior_task}_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
-    return m, preds, raw_m, weights
-
-@patch
-def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
-    "The epoch's row of `history.csv` (scores, losses, timings, throughput), the probe's log, and a line on the terminal"
-    st, opt = self.st, self.opt
-    task_losses = st.task_losses
-    row = dict(epoch=epoch, step=st.step, train_loss=float(np.mean(st.losses)), train_time_s=st.train_time, eval_time_s=self.eval_time,
-               data_time_s=st.data_time_s, train_ex_per_s=st.n_ex / max(st.train_time, 1e-9),
-               train_padding_fraction=st.n_pad / max(st.n_tok + st.n_pad, 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
-               **{f"train_loss_{t}": float(np.mean([v for u, v in task_losses if u == t])) for t in dict.fromkeys(u for u, _ in task_losses)},
-               **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
-    st.history.append(row)
-    pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
-    if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
-    best = st.best is None or _score(m) > st.best
-    print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
-          (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
-          f" ({st.train_time:.0f}s train)" + (" *best*" if best else ""))
-
-# %% ../nbs/09_train.ipynb #fbfabfae
-@patch
-def finish(self:Run) -> dict:
-    "After the last epoch: figures, the best epoch's weights back in the model, test predictions, `metrics.json`; returns the metrics"
-    run, cfg = self.dir, self.cfg
-    if not self.main:
-        dist.barrier(); dist.destroy_process_group()
-        return {}
-    plot_history(pd.DataFrame(self.st.history), run/"figures"/"history.png")
-    if self.probe is not None:
-        self.probe.log.to_csv(run/"grad_conflicts.csv"); self.probe.log.plot(run/"figures"/"grad_conflicts.png")
-    self.model.load_state_dict(load_checkpoint(run/"best.pt")["model"])   # the best epoch's weights
-    if cfg.predict_test: predict(self.model, cfg, self.tok, run, self.device, self.amp_dtype)
-    metrics = self._metrics()
-    write_json(metrics, run/"metrics.json")
-    if not cfg.save_checkpoint:
-        for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)
-    print("dev: " + " ".join(f"{k}={metrics[k]:.4f}" for k in SCORE_KEYS if k in metrics)
-          + f" | {metrics['wall_time_s']:.0f}s | {run}")
-    if self.distributed: dist.barrier(); dist.destroy_process_group()
-    return metrics
-
-@patch
-def close(self:Run, failed:bool=False):
-    "Give the run folder back (its lock, `08e_folders`); after a start that failed before training, remove what it wrote"
-    if self.folder is not None: self.folder.close(failed); self.folder = None
-
+# %% ../nbs/09_train.ipynb #d3ef4f49
 @patch
 def _metrics(self:Run) -> dict:
     "`metrics.json`: the best epoch's dev scores, and what made them (data, parameters, device, precision, code, methods)"
@@ -524,6 +511,33 @@ def _metrics(self:Run) -> dict:
         m["ema"] = dict(decay=cfg.ema, raw_weights={k[4:]: v for k, v in row.items() if k.startswith("raw_")})
     return m
 
+# %% ../nbs/09_train.ipynb #9fbe8fc2
+@patch
+def finish(self:Run) -> dict:
+    "After the last epoch: figures, the best epoch's weights back in the model, test predictions, `metrics.json`; returns the metrics"
+    run, cfg = self.dir, self.cfg
+    if not self.main:
+        dist.barrier(); dist.destroy_process_group()
+        return {}
+    plot_history(pd.DataFrame(self.st.history), run/"figures"/"history.png")
+    if self.probe is not None:
+        self.probe.log.to_csv(run/"grad_conflicts.csv"); self.probe.log.plot(run/"figures"/"grad_conflicts.png")
+    self.model.load_state_dict(load_checkpoint(run/"best.pt")["model"])   # the best epoch's weights
+    if cfg.predict_test: predict(self.model, cfg, self.tok, run, self.device, self.amp_dtype)
+    metrics = self._metrics()
+    write_json(metrics, run/"metrics.json")
+    if not cfg.save_checkpoint:
+        for f in ("best.pt", "last.pt"): (run/f).unlink(missing_ok=True)
+    print("dev: " + " ".join(f"{k}={metrics[k]:.4f}" for k in SCORE_KEYS if k in metrics)
+          + f" | {metrics['wall_time_s']:.0f}s | {run}")
+    if self.distributed: dist.barrier(); dist.destroy_process_group()
+    return metrics
+
+@patch
+def close(self:Run, failed:bool=False):
+    "Give the run folder back (its lock, `08e_folders`); after a start that failed before training, remove what it wrote"
+    if self.folder is not None: self.folder.close(failed); self.folder = None
+
 # %% ../nbs/09_train.ipynb #f1648dd6
 def train(cfg:TrainConfig, progress:bool=True, resume:bool=False, init_from=None, on_step=None) -> dict:
     """Train as `cfg` says (or continue the run in `cfg.out` if `resume`); returns the final metrics (also in `RUN_DIR/metrics.json`).
@@ -547,16 +561,7 @@ if __name__ == "__main__" and globals().get("__spec__") is not None:   # python 
                      "(`torchrun ... -m minbert_nb.commands` for several processes), with the same flags.")
 
 
-# %% ../nbs/09_train.ipynb #e6e1618d
-def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
-    "Dev metrics of `model` on `tasks` (default: `cfg`'s) over the dev rows `cfg` selects (its data folder and `dev_limit`)"
-    device = next(model.parameters()).device
-    c = dataclasses.replace(cfg, tasks=tuple(tasks or cfg.tasks), model_tasks=None, phases=None)
-    data = build_data(c, load_tokenizer(c.backbone), ("dev",))
-    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size) for t, ds in data["dev"].items()}, device,
-                    amp_dtype(c, device), progress=progress)
-    return m
-
+# %% ../nbs/09_train.ipynb #12402447
 def read_run_config(path) -> TrainConfig:
     """The `TrainConfig` in a run's `config.json` at `path`, or one line that says what is wrong with the file: not JSON (with
     its line), not an object, a field of the wrong type or value"""
@@ -571,6 +576,23 @@ def read_run_config(path) -> TrainConfig:
     try: return saved_config(d)
     except (TypeError, ValueError) as e: raise ValueError(f"{path}: {e} Restore the file, or train the run again.") from None
 
+# %% ../nbs/09_train.ipynb #49efb366
+# what a run may change between its phases, or that does not change what a trained model computes (dropouts act in training only)
+_TRAINING_ONLY = ("mode", "hidden_dropout", "attention_dropout", "head_dropout", "random_init")
+
+def check_same_model(cfg:TrainConfig, saved:dict|None, config_path, ck_path):
+    """Refuse a run whose `config.json` describes another model than the one its checkpoint was trained as (the checkpoint
+    keeps its config): an edited pooling or head would load the weights and silently compute something else"""
+    if not isinstance(saved, dict): return                  # (a checkpoint without its config: nothing to compare)
+    try: theirs = saved_config(saved).model_config()
+    except (TypeError, ValueError): return
+    mine = cfg.model_config()
+    diff = [f"{f.name}: {getattr(mine, f.name)!r} there, {getattr(theirs, f.name)!r} in training" for f in dataclasses.fields(mine)
+            if f.name not in _TRAINING_ONLY and getattr(mine, f.name) != getattr(theirs, f.name)]
+    if diff: raise ValueError(f"{config_path} describes another model than {ck_path} was trained as ({'; '.join(diff[:4])}); was "
+                              "config.json edited after training? Restore it, or train the run again.")
+
+# %% ../nbs/09_train.ipynb #d70477a7
 def load_run_weights(model, state:dict, path, config_path=None):
     "Load `state` into `model`, or one line that says the weights in `path` do not fit the model its config describes"
     try: model.load_state_dict(state)
@@ -586,6 +608,7 @@ def load_run_weights(model, state:dict, path, config_path=None):
                          "was the config edited after training? Restore it, or train the run again.") from None
     return model
 
+# %% ../nbs/09_train.ipynb #e6a6aef9
 def load_run(run_dir, device=None):
     "Model and config of a finished run"
     run = expand(run_dir)
@@ -600,17 +623,11 @@ def load_run(run_dir, device=None):
     load_run_weights(model, ck["model"], run/"best.pt", run/"config.json")
     return model.to(dev).eval(), cfg
 
-# what a run may change between its phases, or that does not change what a trained model computes (dropouts act in training only)
-_TRAINING_ONLY = ("mode", "hidden_dropout", "attention_dropout", "head_dropout", "random_init")
-
-def check_same_model(cfg:TrainConfig, saved:dict|None, config_path, ck_path):
-    """Refuse a run whose `config.json` describes another model than the one its checkpoint was trained as (the checkpoint
-    keeps its config): an edited pooling or head would load the weights and silently compute something else"""
-    if not isinstance(saved, dict): return                  # (a checkpoint without its config: nothing to compare)
-    try: theirs = saved_config(saved).model_config()
-    except (TypeError, ValueError): return
-    mine = cfg.model_config()
-    diff = [f"{f.name}: {getattr(mine, f.name)!r} there, {getattr(theirs, f.name)!r} in training" for f in dataclasses.fields(mine)
-            if f.name not in _TRAINING_ONLY and getattr(mine, f.name) != getattr(theirs, f.name)]
-    if diff: raise ValueError(f"{config_path} describes another model than {ck_path} was trained as ({'; '.join(diff[:4])}); was "
-                              "config.json edited after training? Restore it, or train the run again.")
+def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
+    "Dev metrics of `model` on `tasks` (default: `cfg`'s) over the dev rows `cfg` selects (its data folder and `dev_limit`)"
+    device = next(model.parameters()).device
+    c = dataclasses.replace(cfg, tasks=tuple(tasks or cfg.tasks), model_tasks=None, phases=None)
+    data = build_data(c, load_tokenizer(c.backbone), ("dev",))
+    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size) for t, ds in data["dev"].items()}, device,
+                    amp_dtype(c, device), progress=progress)
+    return m
