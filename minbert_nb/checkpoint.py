@@ -12,11 +12,11 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'UnsafeCheckpointError', 'atomic_save', 'atomic_write_text', 'portable_paths',
-           'write_json', 'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop', 'TrainingInterrupted',
-           'config_diff', 'check_resume_compatible']
+__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'atomic_save', 'atomic_write_text', 'portable_paths', 'write_json',
+           'UnsafeCheckpointError', 'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop',
+           'TrainingInterrupted', 'config_diff', 'check_resume_compatible']
 
-# %% ../nbs/08a_checkpoint.ipynb #4099b9d8
+# %% ../nbs/08a_checkpoint.ipynb #eede3715
 def to_plain(o, json:bool=False):
     """`o` with NumPy scalars/arrays, paths and sets replaced by plain values or tensors, so `weights_only` loading accepts it;
     with `json`, what JSON holds: string keys, lists for tuples, sets and arrays"""
@@ -29,9 +29,7 @@ def to_plain(o, json:bool=False):
     if isinstance(o, str) and type(o) is not str: return str(o)   # e.g. torch.__version__, a str subclass
     return o
 
-class UnsafeCheckpointError(RuntimeError):
-    "A checkpoint that carries objects other than tensors and plain values: loading it could run code, so it is refused"
-
+# %% ../nbs/08a_checkpoint.ipynb #68264f82
 def _write_failed(path:Path, e:Exception) -> OSError:
     """The one-line error of a failed write of `path`: a full disk says so (torch's own message for it is
     `[enforce fail at inline_container.cc] unexpected pos`), names the file, and says that its previous version is intact"""
@@ -47,6 +45,7 @@ def _write_failed(path:Path, e:Exception) -> OSError:
     err.errno = errno.ENOSPC if full else (code or errno.EIO)   # (set apart: str(err) is the message alone, no "[Errno 28]")
     return err
 
+# %% ../nbs/08a_checkpoint.ipynb #eab01e88
 def atomic_save(obj, path) -> Path:
     "`torch.save` `obj` (made plain by `to_plain`) to `path` atomically: temporary file, fsync, rename, fsync of the folder"
     path, obj = Path(path), to_plain(obj); path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +74,7 @@ def atomic_write_text(path, text:str) -> Path:
         if tmp.exists() or tmp.is_symlink(): tmp.unlink()
     return path
 
+# %% ../nbs/08a_checkpoint.ipynb #6a1ebcb7
 def portable_paths(obj, root=None):
     """`obj` with every absolute path string made portable: relative to `root` (default: the working folder, a checkout's root
     when runs are made from it) where it lies under it or beside it (`../shared/data`), `~/...` under the home folder, as it
@@ -98,6 +98,10 @@ def write_json(obj, path) -> Path:
     """Write `obj` as indented JSON (NumPy values and paths made plain, absolute paths `portable_paths`), atomically: a run's
     config.json and metrics.json"""
     return atomic_write_text(path, json.dumps(to_plain(portable_paths(obj), json=True), indent=2) + "\n")
+
+# %% ../nbs/08a_checkpoint.ipynb #37f72770
+class UnsafeCheckpointError(RuntimeError):
+    "A checkpoint that carries objects other than tensors and plain values: loading it could run code, so it is refused"
 
 def _unsafe_globals(path, err:Exception) -> list:
     "The globals (module.name) a refused pickle names"

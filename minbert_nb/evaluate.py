@@ -16,17 +16,26 @@ from .checkpoint import atomic_write_text
 from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, AS_BEFORE
 
 # %% auto #0
-__all__ = ['accuracy', 'pearson', 'macro_f1', 'spearman', 'overall_score', 'with_overall', 'predict_split', 'score_split',
-           'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'read_predictions', 'prediction_path',
+__all__ = ['accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'with_overall', 'predict_split', 'score_split',
+           'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'prediction_path', 'read_predictions',
            'raw_columns', 'raw_path', 'write_raw', 'read_raw']
 
-# %% ../nbs/08f_evaluate.ipynb #d2d063e3
+# %% ../nbs/08f_evaluate.ipynb #4c7b28bb
 def accuracy(pred, gold) -> float:
     "Fraction of `pred` equal to `gold`"
     pred, gold = np.asarray(pred), np.asarray(gold)
     if len(pred) != len(gold) or len(pred) == 0: raise ValueError(f"accuracy needs equal, non-zero lengths; got {len(pred)} and {len(gold)}.")
     return float((pred == gold).mean())
 
+def macro_f1(pred, gold, k:int|None=None) -> float:
+    "Unweighted mean over the classes `0..k-1` of each class's F1 (a class never predicted nor present counts 0, as scikit-learn's `zero_division=0`)"
+    pred, gold = np.asarray(pred).astype(int), np.asarray(gold).astype(int)
+    if len(pred) != len(gold) or len(pred) == 0: raise ValueError(f"macro_f1 needs equal, non-zero lengths; got {len(pred)} and {len(gold)}.")
+    classes = range(k) if k is not None else np.union1d(pred, gold)
+    f1 = [2 * ((pred == c) & (gold == c)).sum() / max(1, (pred == c).sum() + (gold == c).sum()) for c in classes]
+    return float(np.mean(f1))
+
+# %% ../nbs/08f_evaluate.ipynb #12a99dd2
 def _correlation(pred, gold, name:str) -> float:
     "scipy's correlation `name` ('pearson' or 'spearman') of `pred` and `gold`, checked; 0 if either is constant"
     pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
@@ -39,18 +48,11 @@ def pearson(pred, gold) -> float:
     "Pearson correlation of `pred` and `gold` (0 if either is constant)"
     return _correlation(pred, gold, "pearson")
 
-def macro_f1(pred, gold, k:int|None=None) -> float:
-    "Unweighted mean over the classes `0..k-1` of each class's F1 (a class never predicted nor present counts 0, as scikit-learn's `zero_division=0`)"
-    pred, gold = np.asarray(pred).astype(int), np.asarray(gold).astype(int)
-    if len(pred) != len(gold) or len(pred) == 0: raise ValueError(f"macro_f1 needs equal, non-zero lengths; got {len(pred)} and {len(gold)}.")
-    classes = range(k) if k is not None else np.union1d(pred, gold)
-    f1 = [2 * ((pred == c) & (gold == c)).sum() / max(1, (pred == c).sum() + (gold == c).sum()) for c in classes]
-    return float(np.mean(f1))
-
 def spearman(pred, gold) -> float:
     "Spearman's rank correlation of `pred` and `gold` (0 if either is constant)"
     return _correlation(pred, gold, "spearman")
 
+# %% ../nbs/08f_evaluate.ipynb #4efcbc86
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     "CS224N leaderboard score: mean of SST acc, Quora acc and (STS r + 1) / 2"
     return (sst_acc + para_acc + (sts_corr + 1) / 2) / 3
@@ -64,7 +66,7 @@ def with_overall(m:dict) -> dict:
     if any(t not in AS_BEFORE for t in primary): m[MEAN_KEY] = float(np.mean(list(primary.values())))
     return m
 
-# %% ../nbs/08f_evaluate.ipynb #f79367d6
+# %% ../nbs/08f_evaluate.ipynb #7a5ffa32
 @torch.inference_mode()
 def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None) -> pd.DataFrame:
     "Predictions of `model` over `loader`: DataFrame with `id`, `pred`, `label` (NaN when absent) and raw outputs"
@@ -92,7 +94,7 @@ def predict_split(model, loader, device=None, amp_dtype=None, desc:str|None=None
             for j in range(r.shape[1]): df[f"raw_{j}"] = r[:, j]        # class logits: SST, CFIMDB
     return df
 
-
+# %% ../nbs/08f_evaluate.ipynb #7464c206
 def score_split(task:str, df:pd.DataFrame) -> dict:
     "Metric of `task` on a `predict_split` frame (rows without a label are excluded and counted)"
     lab = df.dropna(subset=["label"])
@@ -118,7 +120,7 @@ def evaluate(model, loaders:dict, device=None, amp_dtype=None, progress:bool=Fal
         if s["n_unlabelled"]: metrics[f"{task}_n_unlabelled"] = s["n_unlabelled"]
     return with_overall(metrics), preds
 
-# %% ../nbs/08f_evaluate.ipynb #a1ca21f1
+# %% ../nbs/08f_evaluate.ipynb #086e9546
 def pred_header(task) -> str:
     "The prediction file's column header: CS224N's for its tasks (`Predicted_Similiarity` misspelt as the starter writes it), else `Predicted_{task}`"
     spec = get_task(task)
@@ -136,6 +138,11 @@ def write_predictions(df:pd.DataFrame, task:str, path) -> Path:
     lines = [f"id \t {pred_header(task)} \n"] + [f"{i} , {_fmt(task, p)} \n" for i, p in zip(df["id"], df["pred"])]
     return atomic_write_text(path, "".join(lines))
 
+def prediction_path(run_dir, task:str, split:str) -> Path:
+    "`RUN_DIR/predictions/{task}-{split}-output.csv`"
+    return Path(run_dir) / "predictions" / f"{task}-{split}-output.csv"
+
+# %% ../nbs/08f_evaluate.ipynb #c5bf3f13
 def read_predictions(path, task:str) -> pd.DataFrame:
     "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`; `FILE.csv.gz` is read where `FILE.csv` is missing"
     path = plain_or_gz(path)
@@ -163,11 +170,7 @@ def read_predictions(path, task:str) -> pd.DataFrame:
     if not rows: raise ValueError(f"{path}: no predictions after the header.")
     return pd.DataFrame(rows, columns=["id", "pred"])
 
-def prediction_path(run_dir, task:str, split:str) -> Path:
-    "`RUN_DIR/predictions/{task}-{split}-output.csv`"
-    return Path(run_dir) / "predictions" / f"{task}-{split}-output.csv"
-
-# %% ../nbs/08f_evaluate.ipynb #2f607e05
+# %% ../nbs/08f_evaluate.ipynb #99df05f4
 def raw_columns(task:str) -> list:
     "Raw-output columns of `task`: `raw` for one output (Quora logit, STS score), `raw_0`..`raw_{k-1}` for `k` class logits"
     k = get_task(task).num_labels
@@ -185,6 +188,7 @@ def write_raw(df:pd.DataFrame, task:str, path) -> Path:
                                  "predict_split keeps raw outputs only for models with a `decide` method.")
     return atomic_write_text(path, df[["id", *cols]].to_csv(index=False, float_format="%.9g"))
 
+# %% ../nbs/08f_evaluate.ipynb #1e25026d
 def read_raw(path, task:str) -> pd.DataFrame:
     "Read and check a raw-output file: `id` and `raw_columns(task)` as floats (`FILE.csv.gz` where `FILE.csv` is missing)"
     path, cols = plain_or_gz(path), raw_columns(task)

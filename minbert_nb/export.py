@@ -26,23 +26,24 @@ __all__ = ['EXPORT_FORMATS', 'FORMAT_ALIASES', 'EMBEDDED_HUB_ID', 'VERIFY_TEXTS'
            'st_normalize', 'write_sentence_transformers', 'load_base', 'write_peft', 'verify_export',
            'check_export_out', 'export_predictor', 'export_run', 'minbert_export']
 
-# %% ../nbs/22_export.ipynb #54112275
+# %% ../nbs/22_export.ipynb #50f42215
 EXPORT_FORMATS = ("hf", "sentence-transformers", "peft")
 FORMAT_ALIASES = {"transformers": "hf", "st": "sentence-transformers", "sentence_transformers": "sentence-transformers"}
 
 class ExportError(ValueError):
     "A run that cannot be written in the asked format; the message says why and what can carry it"
 
-_NO_PLACE = {   # what each per-task PEFT method adds that a plain BertModel has no place for
-    "pal": "PALs add a per-task attention branch beside every layer (BertLayer.parallel)",
-    "prefix": "prefix tuning adds per-task keys and values to every attention layer",
-    "adapter": "Houlsby adapters add a per-task bottleneck after each output projection (and per-task LayerNorms)"}
-
 def export_format(fmt:str) -> str:
     "The canonical name of export format `fmt` (aliases: transformers, st)"
     f = FORMAT_ALIASES.get(str(fmt).lower(), str(fmt).lower())
     if f not in EXPORT_FORMATS: raise ExportError(f"format {fmt!r}: expected one of {', '.join(EXPORT_FORMATS)}.")
     return f
+
+# %% ../nbs/22_export.ipynb #94ded4e0
+_NO_PLACE = {   # what each per-task PEFT method adds that a plain BertModel has no place for
+    "pal": "PALs add a per-task attention branch beside every layer (BertLayer.parallel)",
+    "prefix": "prefix tuning adds per-task keys and values to every attention layer",
+    "adapter": "Houlsby adapters add a per-task bottleneck after each output projection (and per-task LayerNorms)"}
 
 def check_exportable(cfg, fmt:str, where:str="this run"):
     "Raise `ExportError` if the model of `cfg` (a `TrainConfig` or `ModelConfig`) has modules format `fmt` cannot carry"
@@ -74,7 +75,7 @@ def hf_config(bert) -> dict:
     d = {k: v for k, v in bert.config.to_dict().items() if k != "attn_implementation"}
     return dict(d, model_type="bert", architectures=["BertModel"], position_embedding_type="absolute")
 
-# %% ../nbs/22_export.ipynb #02554420
+# %% ../nbs/22_export.ipynb #a7e90924
 _INPUTS = {"single": "one sentence: tokenizer(s) -> encoder -> pooling",
            "bi": "each sentence alone: u = pooling(encoder(tokenizer(s1))), v = pooling(encoder(tokenizer(s2)))",
            "cross": "one sequence: tokenizer(s1, s2), i.e. [CLS] s1 [SEP] s2 [SEP] with token_type_ids 0 then 1 -> encoder -> pooling",
@@ -83,6 +84,7 @@ _FEATURES = {"sum": "u + v", "uv": "concat(u, v)", "uvd": "concat(u, v, |u - v|)
 _POOLINGS = {"cls": "the last hidden state of [CLS] (position 0)", "pooler": "pooler_output: tanh(pooler.dense(h_[CLS]))",
              "mean": "the mean of the last hidden states over real tokens (attention_mask 1)"}
 
+# %% ../nbs/22_export.ipynb #4a861db5
 def heads_export(model, max_length:int|None=None) -> tuple:
     "The task heads of `MultitaskBert` `model` as `(tensors, description)`: what `minbert_heads.safetensors` / `.json` hold"
     mc, tensors, tasks = model.cfg, {}, {}
@@ -116,6 +118,7 @@ def heads_export(model, max_length:int|None=None) -> tuple:
                 "encode the input as 'input' says, apply 'layers' in order (x @ weight.T + bias, then the activation), then 'predict'.")
     return tensors, desc
 
+# %% ../nbs/22_export.ipynb #d3fa7b41
 def write_heads(model, out, max_length:int|None=None):
     "Write `minbert_heads.safetensors` and `minbert_heads.json` of `model` into folder `out`"
     from safetensors.torch import save_file
@@ -165,7 +168,7 @@ def write_sentence_transformers(p:Predictor, out):
     put("modules.json", [dict(idx=i, name=str(i), path=path, type=f"sentence_transformers.models.{kind}") for i, (path, kind) in enumerate(modules)])
     put("config_sentence_transformers.json", dict(prompts={}, default_prompt_name=None, similarity_fn_name="cosine"))
 
-# %% ../nbs/22_export.ipynb #764ee8d8
+# %% ../nbs/22_export.ipynb #b4abc02a
 EMBEDDED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"   # the hub id of the embedded backbone, for adapter configs
 
 def load_base(p:Predictor):
@@ -173,6 +176,7 @@ def load_base(p:Predictor):
     import transformers
     with quiet_transformers(): return transformers.BertModel.from_pretrained(str(resolve_checkpoint(p.cfg.backbone))).eval()
 
+# %% ../nbs/22_export.ipynb #dd2fea85
 def write_peft(p:Predictor, out):
     "adapter_config.json and adapter_model.safetensors of `p`'s LoRA/DoRA, written by peft itself, in folder `out`"
     try: from peft import LoraConfig, get_peft_model
@@ -199,7 +203,7 @@ def write_peft(p:Predictor, out):
         pm.save_pretrained(str(out), save_embedding_layers=False)
     p.tok.save_pretrained(str(out))
 
-# %% ../nbs/22_export.ipynb #6d0d70d7
+# %% ../nbs/22_export.ipynb #afbdf9bd
 VERIFY_TEXTS = [("A man is playing a guitar.", "Someone plays an instrument."), ("Stocks fell.", "The market dropped sharply today."), ("Hi", "Hi")]
 
 def verify_export(p:Predictor, folder, fmt:str, tol:float=1e-4) -> dict:
@@ -230,6 +234,7 @@ def verify_export(p:Predictor, folder, fmt:str, tol:float=1e-4) -> dict:
         if max(res.values()) > tol: raise ExportError(f"{fmt} export of {p.run or 'the model'}: outputs differ from minbert_nb's by {res} (> {tol}).")
         return res
 
+# %% ../nbs/22_export.ipynb #8be462a4
 def check_export_out(out:Path, overwrite:bool, source=None):
     """Refuse `out` as an export folder unless it is new (missing or empty) or, with `overwrite`, an earlier export (it holds
     `minbert_export.json`): never the source run, a folder that holds runs, or anything else (`08e_folders`)"""
@@ -245,6 +250,7 @@ def check_export_out(out:Path, overwrite:bool, source=None):
         raise FolderRefused(f"{e}" + (" (--overwrite replaces only a folder minbert_export wrote, one with minbert_export.json)" if overwrite
                                       else "")) from None
 
+# %% ../nbs/22_export.ipynb #bd7a2d57
 def export_predictor(p:Predictor, out, fmt:str="hf", overwrite:bool=False, verify:bool=True) -> dict:
     "Write `p`'s model to folder `out` in format `fmt` (hf | sentence-transformers | peft), heads beside; checked, then moved into place"
     fmt, out = export_format(fmt), expand(out)

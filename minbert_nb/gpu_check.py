@@ -25,7 +25,7 @@ from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 
 # %% auto #0
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'busy_fraction', 'gpu_busy_fraction',
-           'check_adamw', 'CheckRun', 'check_quick', 'check_eval', 'check_predict', 'check_predictor', 'check_resume',
+           'check_adamw', 'CheckRun', 'check_quick', 'check_resume', 'check_eval', 'check_predict', 'check_predictor',
            'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'run_check', 'run_gpu_check',
            'minbert_gpu_check']
 
@@ -78,7 +78,7 @@ def check_adamw(device=None, steps:int=10, config:BertConfig|None=None, reps:int
     return dict(params=n, max_diff=diff, default_path=opts["default"].path(opts["default"].param_groups[0]),
                 **{f"{k}_ms": statistics.median(v) * 1e3 for k, v in t.items()})
 
-# %% ../nbs/24a_gpu_check.ipynb #181abb24
+# %% ../nbs/24a_gpu_check.ipynb #3b71ea62
 CHECK_BUDGETS = {   # full: what a GPU check runs (minutes on one H100); tiny: the same paths in seconds, for the CPU test
     "full": dict(quick={}, short=dict(steps_per_epoch=40, dev_limit=512), compile_steps=60, resume=(40, 20), profile=(200, 100),
                  tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
@@ -91,6 +91,7 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (minutes on one H100); tiny: t
                  mfu=dict(config=tiny_config(vocab_size=30522), batch_size=2, seq_len=16, dtype="fp32", warmup=1, reps=2, memory=False)),
 }
 
+# %% ../nbs/24a_gpu_check.ipynb #c86b08f4
 @dataclasses.dataclass
 class CheckRun:
     "What the checks of one `run_gpu_check` share: device, budget, the folder for their runs, the base settings of a run"
@@ -115,7 +116,7 @@ class CheckRun:
         if not (self.out/"quick"/"best.pt").is_file(): raise FileNotFoundError("needs the quick run's best.pt (path quick)")
         return self.out/"quick"
 
-# %% ../nbs/24a_gpu_check.ipynb #3d602f01
+# %% ../nbs/24a_gpu_check.ipynb #9f696a40
 def _fig(m:dict, steps:int|None=None) -> dict:
     "The figures of a run's metrics worth a line in the report"
     out = {k: m[k] for k in (*SCORE_KEYS, "data_time_s", "data_cache", "dist_backend", "compile") if k in m}
@@ -136,6 +137,7 @@ def _trained(cfg, on_step=None, **kw) -> tuple:
     steady = (len(ts) - 1 - half) / (ts[-1] - ts[half]) if len(ts) >= 4 and ts[-1] > ts[half] else None
     return dict(m, train_time_s=float(h.train_time_s.sum()), steady_steps_per_s=steady), int(h.step.iloc[-1])
 
+# %% ../nbs/24a_gpu_check.ipynb #455a70ad
 def check_quick(c:CheckRun) -> dict:
     "The README job to its end, with the GPU's busy fraction over a window of its steps"
     P, got = torch.profiler, {}
@@ -147,6 +149,18 @@ def check_quick(c:CheckRun) -> dict:
         m, steps = _trained(cfg, on_step=lambda info: prof.step())
     return dict(_fig(m, steps), **got)
 
+def check_resume(c:CheckRun) -> dict:
+    "Stop half way (as Ctrl-C does: a checkpoint, then `TrainingInterrupted`), continue with `--resume`"
+    total, at = c.b["resume"]
+    cfg = c.config("resume", steps_per_epoch=total, checkpoint_every=1)
+    try: train(cfg, progress=False, on_step=lambda info: info["i"] >= at); raise RuntimeError(f"the run did not stop at step {at}")
+    except TrainingInterrupted: pass
+    stopped = torch.load(c.out/"resume"/"last.pt", weights_only=True, map_location="cpu")["progress"]["step"]
+    m, steps = _trained(cfg, resume=True)
+    if steps != total: raise RuntimeError(f"resumed run ended after {steps} steps, expected {total}")
+    return dict(_fig(m), stopped_at=stopped, steps=steps, resumed=m["resumed"])
+
+# %% ../nbs/24a_gpu_check.ipynb #651e2048
 def check_eval(c:CheckRun) -> dict:
     "`minbert_eval` on the quick run"
     run = c.quick_run(); minbert_eval([str(run), "--device", str(c.device), *c.data_flags])
@@ -170,17 +184,7 @@ def check_predictor(c:CheckRun) -> dict:
     return dict(device=str(next(p.model.parameters()).device), amp=str(p.amp_dtype).replace("torch.", "") if p.amp_dtype else "fp32",
                 embed_dim=int(e.shape[1]))
 
-def check_resume(c:CheckRun) -> dict:
-    "Stop half way (as Ctrl-C does: a checkpoint, then `TrainingInterrupted`), continue with `--resume`"
-    total, at = c.b["resume"]
-    cfg = c.config("resume", steps_per_epoch=total, checkpoint_every=1)
-    try: train(cfg, progress=False, on_step=lambda info: info["i"] >= at); raise RuntimeError(f"the run did not stop at step {at}")
-    except TrainingInterrupted: pass
-    stopped = torch.load(c.out/"resume"/"last.pt", weights_only=True, map_location="cpu")["progress"]["step"]
-    m, steps = _trained(cfg, resume=True)
-    if steps != total: raise RuntimeError(f"resumed run ended after {steps} steps, expected {total}")
-    return dict(_fig(m), stopped_at=stopped, steps=steps, resumed=m["resumed"])
-
+# %% ../nbs/24a_gpu_check.ipynb #88c9f6ad
 def check_peft(c:CheckRun, method:str) -> dict:
     "A few steps of PEFT module `method` in pretrain mode"
     m, steps = _trained(c.config(f"peft-{method}", peft=method, mode="pretrain"))
@@ -194,6 +198,7 @@ def check_compile(c:CheckRun) -> dict:
     "`--compile true` for a few steps: compiled graphs, steady steps/s"
     return _fig(*_trained(c.config("compile", steps_per_epoch=c.b["compile_steps"], compile=True, compile_backend=c.b["compile_backend"])))
 
+# %% ../nbs/24a_gpu_check.ipynb #4b4ef89b
 def check_torchrun(c:CheckRun) -> dict:
     "One process through torchrun: the process group (NCCL on CUDA, gloo on CPU) and DDP"
     import minbert_nb
@@ -218,7 +223,7 @@ def check_bench(c:CheckRun) -> dict:
     mfu = bench_mfu(device=c.device, **{"dtype": dt, **c.b["mfu"]})
     return dict(f, **{k: mfu[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "minbert_mfu", "hf_mfu")}, mfu_shape=mfu["arch"])
 
-# %% ../nbs/24a_gpu_check.ipynb #79978390
+# %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
 CHECKS = {"quick": check_quick, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
@@ -228,6 +233,7 @@ CHECKS = {"quick": check_quick, "eval": check_eval, "predict": check_predict, "p
           "adamw": lambda c: check_adamw(c.device, **c.b["adamw"]), "bench": check_bench}
 CHECK_PATHS = tuple(CHECKS)
 
+# %% ../nbs/24a_gpu_check.ipynb #6f7bff2a
 def run_check(name:str, fn, c:CheckRun) -> dict:
     "Run one check: `{'ok', 'seconds', figures...}` or `{'ok': False, 'error': ...}`, and a line on stdout"
     t0 = time.perf_counter()
@@ -238,6 +244,7 @@ def run_check(name:str, fn, c:CheckRun) -> dict:
     print(f"gpu-check {name:13s} {'ok    ' if ok else 'FAILED'} {dt:7.1f} s  " + (shown if ok else err.splitlines()[0]), flush=True)
     return dict(ok=ok, seconds=round(dt, 2), **figs, **({"error": err} if err else {}))
 
+# %% ../nbs/24a_gpu_check.ipynb #740c061a
 def _summary(r:dict) -> dict:
     q, paths = r["paths"].get("quick", {}), r["paths"]
     return dict(quick_train_s=q.get("train_s"), quick_steps_per_s=q.get("steps_per_s"), quick_overall=q.get("overall"),

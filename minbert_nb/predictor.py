@@ -26,7 +26,7 @@ from .train import load_run, amp_dtype as run_amp_dtype   # the mixed-precision 
 __all__ = ['PROGRESS_MIN', 'ASKS', 'check_texts', 'check_pairs', 'check_run_dir', 'check_batch_size', 'check_device',
            'position_limit', 'Predictor', 'minbert_demo', 'ask_run']
 
-# %% ../nbs/21_predictor.ipynb #bc44b650
+# %% ../nbs/21_predictor.ipynb #f2acbb4f
 PROGRESS_MIN = 1000   # inputs from which a progress bar is shown (progress=None); progress=True/False forces it
 
 def _refuse_container(x, where:str, expected:str, example:str):
@@ -55,6 +55,7 @@ def check_texts(texts, what:str="texts", fn:str|None=None) -> list:
                             "(a missing value? drop the row or replace it with '').")
     return texts
 
+# %% ../nbs/21_predictor.ipynb #916b49db
 def check_pairs(pairs, what:str="pairs", fn:str|None=None) -> tuple:
     "First and second sentences of `pairs` (a list of `(s1, s2)`) as two lists, or an error naming the first bad pair"
     where = f"{fn}()" if fn else what
@@ -72,7 +73,6 @@ def check_pairs(pairs, what:str="pairs", fn:str|None=None) -> tuple:
             if not isinstance(s, str):
                 raise TypeError(f"{what}[{i}][{j}] is {s!r} ({type(s).__name__}); both sentences of a pair must be strings.")
     return [p[0] for p in pairs], [p[1] for p in pairs]
-
 
 # %% ../nbs/21_predictor.ipynb #9fff69a1
 def check_run_dir(run_dir) -> Path:
@@ -92,7 +92,7 @@ def check_run_dir(run_dir) -> Path:
                          "tool's file (a Hugging Face model folder? load that with transformers, or train on it with --backbone).")
     return run
 
-# %% ../nbs/21_predictor.ipynb #b5e1d11c
+# %% ../nbs/21_predictor.ipynb #fb15458a
 ASKS = dict(sentiment=("single", "class"), paraphrase=("pair", "binary"), similarity=("pair", "score"))   # what each question needs of a task
 _ONE_SENTENCE = TaskSpec("text", "single", "score")     # `embed`'s rows: one sentence, no label
 
@@ -117,6 +117,7 @@ def position_limit(model) -> int|None:
     emb = getattr(getattr(getattr(model, "bert", None), "embeddings", None), "position_embeddings", None)
     return getattr(emb, "num_embeddings", None)
 
+# %% ../nbs/21_predictor.ipynb #6d6a3f9b
 class Predictor:
     "A trained model asked about new sentences: `sentiment`, `paraphrase`, `similarity`, `embed`"
     def __init__(self, model, cfg, tokenizer=None, amp_dtype=None, batch_size:int|None=None, run=None):
@@ -145,23 +146,26 @@ class Predictor:
         return (f"Predictor({self.run or 'in-memory model'}: tasks {','.join(self.tasks)}, pooling {self.model.cfg.pooling}, "
                 f"peft {self.cfg.peft}, {self.device}, {amp})")
 
-    def _task(self, kind:str) -> str:
-        "The model's task that answers question `kind` (`ASKS`): the first of its kind and target, built-in tasks first (SST before CFIMDB)"
-        want = ASKS[kind]
-        options = [t for t in TASK_METRIC if (get_task(t).kind, get_task(t).target) == want]
-        t = next((t for t in options if t in self.tasks), None)
-        if t is None: raise ValueError(f"{self.run or 'this model'} has no {kind} head: its tasks are {', '.join(self.tasks)}. "
-                                       f"Ask a run trained with {' or '.join(options)} among its --tasks (a {' '.join(want)} task).")
-        return t
+# %% ../nbs/21_predictor.ipynb #a313afe1
+@patch
+def _task(self:Predictor, kind:str) -> str:
+    "The model's task that answers question `kind` (`ASKS`): the first of its kind and target, built-in tasks first (SST before CFIMDB)"
+    want = ASKS[kind]
+    options = [t for t in TASK_METRIC if (get_task(t).kind, get_task(t).target) == want]
+    t = next((t for t in options if t in self.tasks), None)
+    if t is None: raise ValueError(f"{self.run or 'this model'} has no {kind} head: its tasks are {', '.join(self.tasks)}. "
+                                   f"Ask a run trained with {' or '.join(options)} among its --tasks (a {' '.join(want)} task).")
+    return t
 
-    def predict_frame(self, task:str, s1:list, s2:list|None=None, progress:bool|None=None) -> pd.DataFrame:
-        "`predict_split`'s frame (`pred`, raw outputs) for sentences `s1` (and `s2`), encoded as the run encodes `task`"
-        df = pd.DataFrame({"id": [str(i) for i in range(len(s1))], "sentence1": s1, **({"sentence2": s2} if s2 is not None else {})})
-        mode = self.model.cfg.mode_of(task)            # as build_data (09_train) builds each task's dataset
-        ds = TaskDataset(df, task, self.tok, self.max_length, pair_mode="bi" if mode == "single" else mode,
-                         swap=self.model.cfg.pair_swap)
-        show = len(df) >= PROGRESS_MIN if progress is None else progress
-        return predict_split(self.model, make_loader(ds, self.batch_size), self.device, self.amp_dtype, desc=task if show else None)
+@patch
+def predict_frame(self:Predictor, task:str, s1:list, s2:list|None=None, progress:bool|None=None) -> pd.DataFrame:
+    "`predict_split`'s frame (`pred`, raw outputs) for sentences `s1` (and `s2`), encoded as the run encodes `task`"
+    df = pd.DataFrame({"id": [str(i) for i in range(len(s1))], "sentence1": s1, **({"sentence2": s2} if s2 is not None else {})})
+    mode = self.model.cfg.mode_of(task)            # as build_data (09_train) builds each task's dataset
+    ds = TaskDataset(df, task, self.tok, self.max_length, pair_mode="bi" if mode == "single" else mode,
+                     swap=self.model.cfg.pair_swap)
+    show = len(df) >= PROGRESS_MIN if progress is None else progress
+    return predict_split(self.model, make_loader(ds, self.batch_size), self.device, self.amp_dtype, desc=task if show else None)
 
 # %% ../nbs/21_predictor.ipynb #adcf9d4e
 @patch

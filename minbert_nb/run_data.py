@@ -24,12 +24,20 @@ from .config import TrainConfig
 __all__ = ['QUORA_POSITIVES', 'SOURCES', 'extra_path', 'read_extra', 'with_phrases', 'contrastive_pairs', 'DataSource',
            'run_files', 'data_inputs', 'build_data']
 
-# %% ../nbs/08d_run_data.ipynb #ae1e16b2
+# %% ../nbs/08d_run_data.ipynb #73cd87a8
 def _limit(df:pd.DataFrame, n:int|None, seed:int) -> pd.DataFrame:
     if n is None or len(df) <= n: return df
     out = df.sample(n=n, random_state=seed).reset_index(drop=True); out.attrs = df.attrs
     return out
 
+def _balanced(df:pd.DataFrame, n:int, seed:int) -> pd.DataFrame:
+    "`n` rows of `df`, as many of each label as it has (up to an equal share each), drawn with `seed`"
+    k = df.label.nunique(); per = -(-n // k)
+    out = df.groupby("label", group_keys=False).apply(lambda g: g.sample(min(len(g), per), random_state=seed))
+    out = out.sample(min(n, len(out)), random_state=seed).reset_index(drop=True); out.attrs = df.attrs
+    return out
+
+# %% ../nbs/08d_run_data.ipynb #c1b7d13d
 def _extra(cfg:TrainConfig, name:str) -> Path:
     "The file `name` of the data folder's `extra/`"
     return find_data_dir(cfg.data_dir)/"extra"/name
@@ -39,13 +47,6 @@ QUORA_POSITIVES = "quora-extra-positives.csv"   # extra/: 13,279 Quora duplicate
 def extra_path(spec:dict, data_dir=None) -> Path:
     "An `extra_train` entry's file: `path` as given, or with `root: data` inside the data folder (as the reports' extra data sets)"
     return find_data_dir(data_dir)/spec["path"] if spec.get("root") == "data" else Path(spec["path"])
-
-def _balanced(df:pd.DataFrame, n:int, seed:int) -> pd.DataFrame:
-    "`n` rows of `df`, as many of each label as it has (up to an equal share each), drawn with `seed`"
-    k = df.label.nunique(); per = -(-n // k)
-    out = df.groupby("label", group_keys=False).apply(lambda g: g.sample(min(len(g), per), random_state=seed))
-    out = out.sample(min(n, len(out)), random_state=seed).reset_index(drop=True); out.attrs = df.attrs
-    return out
 
 def read_extra(spec:dict, skip_bad_rows:bool=False, data_dir=None, seed:int=0) -> pd.DataFrame:
     """Read one `extra_train` entry: `task`, `path`, `columns` (ours -> the file's), optional `sep`, `label_range`, `root`
@@ -61,6 +62,7 @@ def read_extra(spec:dict, skip_bad_rows:bool=False, data_dir=None, seed:int=0) -
                       skip_bad_rows=skip_bad_rows, id_prefix=spec.get("id_prefix", Path(spec["path"]).stem + "-"))
     return _balanced(df, int(spec["limit"]), seed) if spec.get("limit") else df
 
+# %% ../nbs/08d_run_data.ipynb #4de4e001
 def with_phrases(df:pd.DataFrame, cfg:TrainConfig) -> tuple:
     "SST training rows `df` followed by the training trees' phrases; returns the rows and the loader's `pool`"
     ph = tree_phrases(load_sst_trees(cfg.data_dir), cfg.phrase_min_tokens)
@@ -69,6 +71,11 @@ def with_phrases(df:pd.DataFrame, cfg:TrainConfig) -> tuple:
     out = pd.concat([df, rows], ignore_index=True); out.attrs = dict(df.attrs, phrases=len(rows))
     return out, (len(df), cfg.phrases_per_epoch)
 
+def _phrases(cfg:TrainConfig) -> bool:
+    "Whether SST trains on the trees' phrases: `sst_phrases` true, or 'auto' and the data folder has the training trees"
+    return cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
+
+# %% ../nbs/08d_run_data.ipynb #379037b1
 def _quora_extra_2(cfg:TrainConfig) -> pd.DataFrame:
     p = _extra(cfg, "quora-extra-train-2.csv")
     if not p.is_file(): raise FileNotFoundError(f"{p}: not found; quora_extra_2=True trains on it. Point --data_dir / MINBERT_DATA at a "
@@ -93,6 +100,7 @@ def _quora_implied(cfg:TrainConfig, df:pd.DataFrame) -> pd.DataFrame:
                      sources=str(p) if p.is_file() else None)
     return out
 
+# %% ../nbs/08d_run_data.ipynb #79441f80
 def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
     "Positive pairs for the contrastive objective from `cfg.contrastive_sources`; `train`: the tasks' training rows"
     parts = []
@@ -109,11 +117,7 @@ def contrastive_pairs(cfg:TrainConfig, train:dict) -> pd.DataFrame:
     df = df[~pd.Series(key).duplicated().to_numpy()].reset_index(drop=True)
     return df.assign(label=1.0)
 
-def _phrases(cfg:TrainConfig) -> bool:
-    "Whether SST trains on the trees' phrases: `sst_phrases` true, or 'auto' and the data folder has the training trees"
-    return cfg.sst_phrases is True or (cfg.sst_phrases == "auto" and (find_data_dir(cfg.data_dir)/SST_TREES).is_file())
-
-# %% ../nbs/08d_run_data.ipynb #d05468a7
+# %% ../nbs/08d_run_data.ipynb #52218336
 @dataclass(frozen=True)
 class DataSource:
     "Rows a run adds to a task's training file: the setting that asks for them, the files they come from, how they are read"
@@ -130,6 +134,7 @@ class DataSource:
     def joins(self, task:str) -> bool: return self.task in (None, task)
     def key_settings(self, cfg:TrainConfig) -> dict: return self.settings(cfg) if self.settings else {self.name: getattr(cfg, self.name)}
 
+# %% ../nbs/08d_run_data.ipynb #cf53043e
 def _check_trees(cfg:TrainConfig, task:str, rows:pd.DataFrame) -> list:
     "No rows yet: the trees must be the training sentences, in this order, before any other SST rows join them"
     check_tree_sentences(load_sst_trees(cfg.data_dir), rows)
@@ -161,6 +166,7 @@ SOURCES = (   # in the order they join a task's rows (the implied pairs last: ev
                seeded=True),
 )
 
+# %% ../nbs/08d_run_data.ipynb #d8a807aa
 def _contrastive(cfg:TrainConfig, splits) -> bool:
     "Whether the run builds contrastive pairs: `contrastive_weight` set, and a training split read"
     return bool(cfg.contrastive_weight) and "train" in splits
@@ -176,7 +182,7 @@ def run_files(cfg:TrainConfig, splits=("train", "dev")) -> list:
     if train: paths += [p for src in SOURCES if src.wanted(cfg) for t in cfg.tasks if src.joins(t) for p in src.paths(cfg, t)]
     return paths + (_contrastive_files(cfg) if _contrastive(cfg, splits) else [])
 
-# %% ../nbs/08d_run_data.ipynb #ea31a8c7
+# %% ../nbs/08d_run_data.ipynb #5cf0da5f
 def _task_rows(cfg:TrainConfig, t:str, split:str, files:dict) -> tuple:
     "`(rows, paths, sources)`: task `t`'s file of `split`, then (training split) the sources that join it, cut to the limit"
     df = load_split(t, split, cfg.data_dir, skip_bad_rows=cfg.skip_bad_rows)
@@ -190,6 +196,7 @@ def _task_rows(cfg:TrainConfig, t:str, split:str, files:dict) -> tuple:
     df = _limit(df, cfg.train_limit if train else cfg.dev_limit if split == "dev" else None, cfg.seed)
     return df, paths, sources
 
+# %% ../nbs/08d_run_data.ipynb #40ad0737
 def _task_data(cfg:TrainConfig, tokenizer, t:str, split:str, files:dict, train_rows:dict):
     "Task `t`'s `TaskDataset` of `split` (None for a test file that is not there); what it read goes into `files`"
     spec = get_task(t)
@@ -212,6 +219,7 @@ def _task_data(cfg:TrainConfig, tokenizer, t:str, split:str, files:dict, train_r
     if df.attrs.get("skipped"): files[f"{t}_{split}_skipped_rows"] = df.attrs["skipped"]
     return ds
 
+# %% ../nbs/08d_run_data.ipynb #578a3aac
 def _build_data(cfg:TrainConfig, tokenizer, splits) -> dict:
     "`build_data` without the cache: read, check, select and tokenize"
     out, files, train_rows = {}, {}, {}
@@ -228,6 +236,7 @@ def _build_data(cfg:TrainConfig, tokenizer, splits) -> dict:
     out["files"] = files
     return out
 
+# %% ../nbs/08d_run_data.ipynb #7e185e9a
 def _data_code() -> str:
     "SHA-256 of the code that reads, selects, tokenizes and caches the data (a change of it invalidates the cached data)"
     import minbert_nb, transformers, tokenizers
@@ -250,6 +259,7 @@ def data_inputs(cfg:TrainConfig, tokenizer, splits=("train", "dev")) -> dict:
     for src in SOURCES: settings.update(src.key_settings(cfg))
     return dict(files=files, settings=settings, tokenizer=tokenizer_fingerprint(tokenizer), code=_data_code())
 
+# %% ../nbs/08d_run_data.ipynb #896de115
 def _warning_class(name:str):
     c = getattr(builtins, name, None)
     return c if isinstance(c, type) and issubclass(c, Warning) else UserWarning

@@ -14,7 +14,7 @@ from .data import TaskSpec, register_task, unregister_task, spec_file, TASKS, ge
 # %% auto #0
 __all__ = ['TASK_FILE_KEYS', 'REQUIRED_KEYS', 'TaskFileError', 'read_tasks', 'load_tasks', 'declare_tasks', 'demo_task_files']
 
-# %% ../nbs/04f_task_files.ipynb #f4a00007
+# %% ../nbs/04f_task_files.ipynb #0ff4c961
 TASK_FILE_KEYS = ("kind", "target", "classes", "score_range", "metrics", "head", "loss", "pair_mode", "files", "columns", "sep",
                   "prior_shift", "positive_at", "pred_header", "description")   # what a task of a task file may say
 REQUIRED_KEYS = ("kind", "target", "files")
@@ -29,6 +29,7 @@ class TaskFileError(ValueError):
         super().__init__(msg if msg.endswith((".", "?")) else msg + ".")
     def __reduce__(self): return (TaskFileError, (self.path, self.line, self.where, self.reason, self.fix))
 
+# %% ../nbs/04f_task_files.ipynb #fb60cab4
 def _yaml_lines(text:str, path) -> tuple:
     "`(lines, duplicates)`: the line of each `(task, key)` of a YAML task file (key None: the task itself), and the task names given twice"
     lines, dups = {}, []
@@ -59,6 +60,33 @@ def _parse(path:Path) -> tuple:
                             "fix the file's syntax (a mapping with a 'tasks' mapping)") from None
     return (data, *_yaml_lines(text, path))
 
+# %% ../nbs/04f_task_files.ipynb #f629443d
+def _read_task(path:Path, name, body, lines:dict) -> TaskSpec:
+    "The `TaskSpec` of task `name` in task file `path`, its settings `body` checked key by key (`lines`: where each key is)"
+    at = lambda key=None: lines.get((name, key), lines.get((name, None)))
+    if not isinstance(body, dict): raise TaskFileError(path, at(), f"tasks.{name}", f"a {type(body).__name__}, not a mapping of settings")
+    for k in body:
+        if k not in TASK_FILE_KEYS:
+            close = difflib.get_close_matches(str(k), TASK_FILE_KEYS, n=1)
+            raise TaskFileError(path, at(k), f"tasks.{name}.{k}", "unknown key", (f"did you mean {close[0]!r}? " if close else "") +
+                                f"a task's keys are {', '.join(TASK_FILE_KEYS)}")
+    if miss := [k for k in REQUIRED_KEYS if k not in body]:
+        raise TaskFileError(path, at(), f"tasks.{name}", f"no {miss[0]!r}", f"every task gives {', '.join(REQUIRED_KEYS)}")
+    kw = {k: v for k, v in body.items() if k != "description"}
+    for k, fix in (("files", "map each split (train, dev, test) to a file"), ("columns", "map ours (id, sentence1, sentence2, label) to the file's column names")):
+        if k in kw and not isinstance(kw[k], dict): raise TaskFileError(path, at(k), f"tasks.{name}.{k}", f"a {type(kw[k]).__name__}, not a mapping", fix)
+    try: spec = TaskSpec(str(name), **kw, root=str(path.parent.resolve()), source=str(path))
+    except (ValueError, TypeError) as e:
+        msg = str(e).split(": ", 1)[-1] if isinstance(e, ValueError) else str(e)
+        key = next((k for k in body if re.match(rf"{re.escape(str(k))}\b", msg)), None)
+        raise TaskFileError(path, at(key), f"tasks.{name}" + (f".{key}" if key else ""), msg.rstrip(".")) from None
+    for split in spec.files:
+        f = spec_file(spec, split)
+        if not f.is_file(): raise TaskFileError(path, at("files"), f"tasks.{name}.files.{split}", f"{f}: no such file",
+                                                "relative paths start at the task file's folder")
+    return spec
+
+# %% ../nbs/04f_task_files.ipynb #ffe4c58b
 def read_tasks(path) -> list:
     "The `TaskSpec`s a task file (YAML or JSON) declares under `tasks:`, each checked; relative file paths start at the file's folder"
     path = Path(path).expanduser()
@@ -71,32 +99,9 @@ def read_tasks(path) -> list:
         raise TaskFileError(path, 1, "", "no 'tasks' mapping", "write tasks: followed by one entry per task, e.g. tasks: {tickets: {kind: single, ...}}")
     if extra := [k for k in data if k != "tasks"]:
         raise TaskFileError(path, None, extra[0], "unknown top-level key", "the file holds one key, tasks")
-    specs = []
-    for name, body in data["tasks"].items():
-        at = lambda key=None: lines.get((name, key), lines.get((name, None)))
-        if not isinstance(body, dict): raise TaskFileError(path, at(), f"tasks.{name}", f"a {type(body).__name__}, not a mapping of settings")
-        for k in body:
-            if k not in TASK_FILE_KEYS:
-                close = difflib.get_close_matches(str(k), TASK_FILE_KEYS, n=1)
-                raise TaskFileError(path, at(k), f"tasks.{name}.{k}", "unknown key", (f"did you mean {close[0]!r}? " if close else "") +
-                                    f"a task's keys are {', '.join(TASK_FILE_KEYS)}")
-        if miss := [k for k in REQUIRED_KEYS if k not in body]:
-            raise TaskFileError(path, at(), f"tasks.{name}", f"no {miss[0]!r}", f"every task gives {', '.join(REQUIRED_KEYS)}")
-        kw = {k: v for k, v in body.items() if k != "description"}
-        for k, fix in (("files", "map each split (train, dev, test) to a file"), ("columns", "map ours (id, sentence1, sentence2, label) to the file's column names")):
-            if k in kw and not isinstance(kw[k], dict): raise TaskFileError(path, at(k), f"tasks.{name}.{k}", f"a {type(kw[k]).__name__}, not a mapping", fix)
-        try: spec = TaskSpec(str(name), **kw, root=str(path.parent.resolve()), source=str(path))
-        except (ValueError, TypeError) as e:
-            msg = str(e).split(": ", 1)[-1] if isinstance(e, ValueError) else str(e)
-            key = next((k for k in body if re.match(rf"{re.escape(str(k))}\b", msg)), None)
-            raise TaskFileError(path, at(key), f"tasks.{name}" + (f".{key}" if key else ""), msg.rstrip(".")) from None
-        for split in spec.files:
-            f = spec_file(spec, split)
-            if not f.is_file(): raise TaskFileError(path, at("files"), f"tasks.{name}.files.{split}", f"{f}: no such file",
-                                                    "relative paths start at the task file's folder")
-        specs.append(spec)
-    return specs
+    return [_read_task(path, name, body, lines) for name, body in data["tasks"].items()]
 
+# %% ../nbs/04f_task_files.ipynb #cf13bf9a
 def load_tasks(path) -> list:
     "Read a task file (`read_tasks`) and register its tasks (`register_task`): then every part of the library knows them"
     specs = read_tasks(path)
@@ -110,7 +115,6 @@ def declare_tasks(specs:dict|None, where:str="task_specs") -> list:
         try: out.append(register_task(TaskSpec(name, **{k: v for k, v in d.items() if k != "name"})))
         except TypeError as e: raise ValueError(f"{where}[{name!r}]: {e}; expected TaskSpec's fields.") from None
     return out
-
 
 # %% ../nbs/04f_task_files.ipynb #f4a00009
 def demo_task_files(d) -> Path:
