@@ -57,8 +57,10 @@ class BertSelfAttention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def attend(self, q, k, v, attention_mask=None, output_attentions=False, prefix_kv=None):
+    def attend(self, q, k, v, attention_mask=None, output_attentions=False, prefix_kv=None, position_bias=None):
         "Heads `(B, nh, T, hs)` in, the merged context `(B, T, C)` and the probabilities (or None) out"
+        if position_bias is not None:                                    # (1|B, nh, T, T), added to the scores like the mask
+            attention_mask = position_bias if attention_mask is None else attention_mask + position_bias
         if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each, always visible
             k, v = torch.cat([prefix_kv[0], k], dim=2), torch.cat([prefix_kv[1], v], dim=2)
             if attention_mask is not None:
@@ -74,10 +76,10 @@ class BertSelfAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, nh * hs), (probs if output_attentions else None)
 
     def forward(self, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
-                output_attentions:bool=False, prefix_kv:tuple|None=None):
+                output_attentions:bool=False, prefix_kv:tuple|None=None, position_bias:torch.Tensor|None=None):
         "Attend over `hidden_states` `(B, T, C)` with an additive `attention_mask` `(B, 1, 1, T)`; returns (context, probs|None)"
         q, k, v = (self.split_heads(t) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
-        return self.attend(q, k, v, attention_mask, output_attentions, prefix_kv)
+        return self.attend(q, k, v, attention_mask, output_attentions, prefix_kv, position_bias)
 
 # %% ../nbs/01_attention.ipynb #c6e06c67
 @patch
@@ -122,13 +124,13 @@ _padded_forward = BertSelfAttention.forward
 
 @patch
 def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
-            output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None):
+            output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None, position_bias:torch.Tensor|None=None):
     """Attend over `hidden_states` `(B, T, C)`, or its real tokens `(N, C)` with `packed = (idx, B, T)`: projected packed,
     padded for attention, packed again. Returns (context, probs|None), context in the layout of `hidden_states`"""
-    if packed is None: return _padded_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv)
+    if packed is None: return _padded_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv, position_bias)
     idx, B, T = packed
     q, k, v = (self.split_heads(pad_rows(t, idx, B, T)) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
-    y, probs = self.attend(q, k, v, attention_mask, output_attentions, prefix_kv)
+    y, probs = self.attend(q, k, v, attention_mask, output_attentions, prefix_kv, position_bias)   # in the padded layout
     return unpad_rows(y, idx), probs                                     # (N, C): the real tokens again
 
 # %% ../nbs/01_attention.ipynb #5bb4a122
@@ -159,6 +161,6 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(config)
         self.output = BertSelfOutput(config)
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None):
-        ctx, probs = self.self(hidden_states, attention_mask, output_attentions, prefix_kv, packed)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None, position_bias=None):
+        ctx, probs = self.self(hidden_states, attention_mask, output_attentions, prefix_kv, packed, position_bias)
         return self.output(ctx, hidden_states), probs

