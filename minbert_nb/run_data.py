@@ -33,7 +33,7 @@ def _limit(df:pd.DataFrame, n:int|None, seed:int) -> pd.DataFrame:
 def _balanced(df:pd.DataFrame, n:int, seed:int) -> pd.DataFrame:
     "`n` rows of `df`, as many of each label as it has (up to an equal share each), drawn with `seed`"
     k = df.label.nunique(); per = -(-n // k)
-    out = df.groupby("label", group_keys=False).apply(lambda g: g.sample(min(len(g), per), random_state=seed))
+    out = pd.concat([g.sample(min(len(g), per), random_state=seed) for _, g in df.groupby("label", sort=True)])   # each label, in order
     out = out.sample(min(n, len(out)), random_state=seed).reset_index(drop=True); out.attrs = df.attrs
     return out
 

@@ -65,3 +65,14 @@ def test_amp_auto_is_bf16_exactly_on_cpus_with_native_bf16():
     cpu = torch.device("cpu")
     assert _amp_dtype(TrainConfig(), cpu) == (torch.bfloat16 if cpu_bf16_supported() else None)
     assert _amp_dtype(TrainConfig(amp="off"), cpu) is None and _amp_dtype(TrainConfig(amp="bf16"), cpu) == torch.bfloat16
+
+
+def test_a_limited_extra_file_keeps_its_labels_balanced(tmp_path):
+    "`limit` draws the same number of each label and keeps the label column (Liu & Shen (000)'s even 15k reviews)"
+    from minbert_nb.run_data import read_extra
+    f = tmp_path / "reviews.csv"
+    pd.DataFrame(dict(text=[f"review number {i}" for i in range(40)], stars=[1] * 30 + [5] * 10)).to_csv(f, index=False)
+    spec = dict(task="sst", path=str(f), columns=dict(sentence="text", label="stars"), label_range=[1, 5], limit=8)
+    df = read_extra(spec, seed=3)
+    assert len(df) == 8 and sorted(df.label.value_counts().tolist()) == [4, 4], df
+    assert df.id.tolist() == read_extra(spec, seed=3).id.tolist() != read_extra(spec, seed=4).id.tolist()
