@@ -436,6 +436,7 @@ def ablate_parser() -> argparse.ArgumentParser:
         if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
         for o in options: add_arg(s, o, *_OPTIONS[o])
     return p
+
 def parse_ablate(argv:list) -> tuple:
     "`argv` as (command, keyword arguments): a subcommand (`list`, `table ID`, `plan`, `report`, `reproduce`), or the flags before them"
     if argv[:1] and argv[0] in (*_COMMANDS, "-h", "--help"):

@@ -159,6 +159,7 @@ def _counted_runs(info:dict) -> tuple:
             fresh = row_runs(t, row, rows_of, _checked(info))
             runs += fresh; stale += len(row_runs(t, row, rows_of)) - len(fresh)
     return runs, stale
+
 def _checked(info:dict|None) -> str|None:
     "The scale a table folder's runs are checked against for staleness (`is_stale`): none for a folder of earlier settings, read as it ran"
     return None if (info or {}).get("earlier") else (info or {}).get("scale")
@@ -199,6 +200,7 @@ def _budget(steps) -> str:
 # %% ../nbs/16d_verdicts.ipynb #d5768ef4
 PAPER_SETTING = ("bert-base-uncased (Liu & Shen (000)'s Sentence-BERT rows too: bert-base with Sentence-BERT's mean pooling and pair features), "
                  "Quora's 141,506 training pairs, the paper's own epochs")
+
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
     scale and steps, seeds, device and precision, and the runs counted (empty when the folder has no finished run)"""
@@ -355,6 +357,7 @@ def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
 
 # %% ../nbs/16d_verdicts.ipynb #bcfdd7ed
 HOLM_ALPHA = 0.05
+
 def holm(p_values, alpha:float=HOLM_ALPHA) -> list:
     "Holm's step-down procedure: whether each p-value (nan: not tested) rejects at family-wise `alpha` over the tested ones"
     p = np.asarray(p_values, float); ok = ~np.isnan(p); k = int(ok.sum()); out = [False] * len(p)
@@ -374,6 +377,7 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100) -> float:
 
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
 EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
+
 def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
     claims = claims or CLAIMS
@@ -391,6 +395,7 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
 # %% ../nbs/16d_verdicts.ipynb #8e14f4b5
 EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
            "batches of 32) where the row now keeps its paper's: re-run pending")
+
 def earlier_folders(earlier) -> dict:
     "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
     if earlier is None or not Path(earlier).is_dir(): return {}
