@@ -230,7 +230,26 @@ def _same_as(row:Row, rec:dict, other:dict) -> dict:
     return dict(rec, **{k: other[k] for k in ("metrics", "backbone", "data")}, status="ok", wall_s=0.0, runs=other["runs"],
                 note=f"same run as {row.same_as}: {row.note}".rstrip(": "))
 
-# %% ../nbs/16b_ablate.ipynb #e41c1cf9
+# %% ../nbs/16b_ablate.ipynb #d34f5a7c
+def _trained_record(table:PaperTable, row:Row, rec:dict, folder:Path, scale:str, progress:bool, **overrides) -> dict:
+    "`rec` of `row` completed by its runs (`run_part`: trained, continued, copied from a twin or scored untrained); 'not run' and why, if it cannot run here"
+    cfgs = row_configs(table, row, scale, **overrides)
+    why = row_blocker(row, cfgs)
+    if why: return dict(rec, status="not run", reason=why)
+    dirs = _part_dirs(folder, cfgs)
+    member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
+    try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
+    except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
+    c0 = TrainConfig(**cfgs[0])
+    rec.update(metrics=merge_metrics(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),
+               runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
+    if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
+        rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
+    if phased := [f"phase {s['name']} of {s['copied_from'].split('/')[0]}" for p in parts for s in p.get("phases") or [] if "copied_from" in s and "copied_from" not in p]:
+        rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
+    return rec
+
+# %% ../nbs/16b_ablate.ipynb #edce74a7
 def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
     folder = row_dir(out, table, row)
     if (done := row_record(out, table, row)) is not None: return done   # (finished by another process before this one held it)
@@ -240,34 +259,11 @@ def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_chec
         if other["status"] != "ok": return dict(rec, status="not run", reason=f"as {row.same_as}: {other.get('reason')}")
         rec = _same_as(row, rec, other)
     elif row.ensemble:                                # combine the member rows' runs (15_ensemble)
-        members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
-        lacking = [m["row"] for m in members if m["status"] != "ok"]
-        if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
-        gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
-        if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
-                             "not committed and stay on the machine a run trained on): delete those folders to train them again here")
-        t0, dirs = time.time(), [m["runs"][0] for m in members]
-        em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
-        metrics = merge_metrics([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
-        for k in ("device", "amp"):                   # where its members ran, when they agree: the table's device column
-            if len(v := {m["metrics"].get(k) for m in members}) == 1 and None not in v: metrics[k] = v.pop()
-        rec.update(metrics=metrics, status="ok", wall_s=time.time() - t0, runs=[str(folder/"ensemble")],
-                   backbone=members[0]["backbone"], data=members[0]["data"])
+        rec = _ensemble_record(table, row, rec, out, scale, progress, keep_checkpoints, **overrides)
+        if rec["status"] != "ok": return rec
     else:
-        cfgs = row_configs(table, row, scale, **overrides)
-        why = row_blocker(row, cfgs)
-        if why: return dict(rec, status="not run", reason=why)
-        dirs = _part_dirs(folder, cfgs)
-        member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
-        try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
-        except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
-        c0 = TrainConfig(**cfgs[0])
-        rec.update(metrics=merge_metrics(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),
-                   runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
-        if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
-            rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
-        if phased := [f"phase {s['name']} of {s['copied_from'].split('/')[0]}" for p in parts for s in p.get("phases") or [] if "copied_from" in s and "copied_from" not in p]:
-            rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
+        rec = _trained_record(table, row, rec, folder, scale, progress, **overrides)
+        if rec["status"] != "ok": return rec
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(portable(rec, folder), folder/"row.json")
@@ -286,6 +282,25 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         if folder.is_dir(): remove_orphans(folder)   # a killed write's temporary files
         return _run_row(table, row, out, scale, progress, keep_checkpoints, **overrides)
     finally: unlock_folder(folder)
+
+# %% ../nbs/16b_ablate.ipynb #5c267c21
+def _ensemble_record(table:PaperTable, row:Row, rec:dict, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
+    "`rec` of ensemble `row` completed: its members' runs (run first where need be) combined by `ensemble_runs`; 'not run' and why, if they cannot be"
+    folder = row_dir(out, table, row)
+    members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
+    lacking = [m["row"] for m in members if m["status"] != "ok"]
+    if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
+    gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
+    if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
+                         "not committed and stay on the machine a run trained on): delete those folders to train them again here")
+    t0, dirs = time.time(), [m["runs"][0] for m in members]
+    em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
+    metrics = merge_metrics([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
+    for k in ("device", "amp"):                   # where its members ran, when they agree: the table's device column
+        if len(v := {m["metrics"].get(k) for m in members}) == 1 and None not in v: metrics[k] = v.pop()
+    rec.update(metrics=metrics, status="ok", wall_s=time.time() - t0, runs=[str(folder/"ensemble")],
+               backbone=members[0]["backbone"], data=members[0]["data"])
+    return rec
 
 # %% ../nbs/16b_ablate.ipynb #3a42eb72
 def _select(table:PaperTable, rows) -> list:

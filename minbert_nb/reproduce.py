@@ -29,7 +29,7 @@ __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
            'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
            'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'legacy_command',
-           'ablate_parser', 'parse_ablate', 'minbert_ablate']
+           'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -424,19 +424,7 @@ def legacy_command(argv:list) -> tuple:
     if command == "show" and not a["table"]: raise ValueError("--show prints one table's settings: give --table ID.")
     return command, {k: a[k] for k in ("table",) * (command in ("list", "table", "show")) + _COMMANDS[command][2]}
 
-# %% ../nbs/16e_reproduce.ipynb #f305b503
-def ablate_parser() -> argparse.ArgumentParser:
-    "The parser of `minbert_ablate`: a subcommand per entry of `_COMMANDS`, each with its options (`add_arg`)"
-    p = arg_parser("minbert_ablate", minbert_ablate.__doc__)
-    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
-    for name, (_, what, options) in _COMMANDS.items():
-        s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        s._negative_number_matcher = p._negative_number_matcher
-        if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
-        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
-        for o in options: add_arg(s, o, *_OPTIONS[o])
-    return p
-
+# %% ../nbs/16e_reproduce.ipynb #53c5ff56
 def parse_ablate(argv:list) -> tuple:
     "`argv` as (command, keyword arguments): a subcommand (`list`, `table ID`, `plan`, `report`, `reproduce`), or the flags before them"
     if argv[:1] and argv[0] in (*_COMMANDS, "-h", "--help"):
@@ -455,6 +443,18 @@ def minbert_ablate(argv:list|None=None):
         print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
     except (KeyError, ValueError, DataError, OSError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
 
+# %% ../nbs/16e_reproduce.ipynb #37cbe5cf
+def ablate_parser() -> argparse.ArgumentParser:
+    "The parser of `minbert_ablate`: a subcommand per entry of `_COMMANDS`, each with its options (`add_arg`)"
+    p = arg_parser("minbert_ablate", minbert_ablate.__doc__)
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
+    for name, (_, what, options) in _COMMANDS.items():
+        s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        s._negative_number_matcher = p._negative_number_matcher
+        if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
+        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
+        for o in options: add_arg(s, o, *_OPTIONS[o])
+    return p
 minbert_ablate.parser, minbert_ablate.main = ablate_parser, minbert_ablate   # as for the `cli` commands (00_core)
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_ablate()   # python -m minbert_nb.reproduce (run_calls' workers)
