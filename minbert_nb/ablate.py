@@ -34,7 +34,7 @@ __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker'
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
            'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_table']
 
-# %% ../nbs/16b_ablate.ipynb #ba50913b
+# %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
 
 def row_dir(out, table:PaperTable, row:Row) -> Path:
@@ -63,6 +63,7 @@ def row_record(out, table:PaperTable, row:Row) -> dict|None:
         raise ValueError(f"{f}, line {e.lineno}: not valid JSON ({e.msg}); expected the record `minbert_ablate` writes when a row "
                          "finishes. Delete that file (the row's runs are kept) and run the row again to write it anew.") from None
 
+# %% ../nbs/16b_ablate.ipynb #f7443976
 def row_blocker(row:Row, cfgs:list) -> str|None:
     "Why `row` cannot run here (None: it can)"
     if row.needs: return row.needs
@@ -80,7 +81,7 @@ def row_blocker(row:Row, cfgs:list) -> str|None:
         except (DataError, FileNotFoundError) as e: return f"data: {str(e).splitlines()[0]}"
     return None
 
-# %% ../nbs/16b_ablate.ipynb #8e25f62f
+# %% ../nbs/16b_ablate.ipynb #fec21b41
 def sample_dir_of(d) -> bool:
     "Whether `d` is the committed sample (tests/sample_data)"
     s = sample_data_dir()
@@ -91,6 +92,7 @@ def _data_note(cfg:TrainConfig) -> str:
     lim = f", <= {cfg.train_limit:,} train rows/task" if cfg.train_limit else ""
     return ("committed sample" if sample_dir_of(d) else str(d)) + lim + (f", <= {cfg.dev_limit:,} dev rows/task" if cfg.dev_limit else "")
 
+# %% ../nbs/16b_ablate.ipynb #36d69a2d
 _NOT_CFG = ("out", "preset", "device", "data_dir")   # where files go, the label, and what twin_run checks on its own
 
 def config_key(cfg:dict) -> str:
@@ -100,6 +102,7 @@ def config_key(cfg:dict) -> str:
     d = json.loads(json.dumps(asdict(c), default=list))
     return json.dumps({k: v for k, v in d.items() if k not in _NOT_CFG}, sort_keys=True)
 
+# %% ../nbs/16b_ablate.ipynb #d0be7805
 def _files_under(m:dict, folder:Path) -> bool:
     "Whether every training and dev file that metrics `m` names lies in data folder `folder`"
     files = [f for v in (m.get("train_files") or {}).values() for f in (v if isinstance(v, list) else [v]) if isinstance(f, str)]
@@ -115,6 +118,7 @@ def has_dev_predictions(run) -> bool:
     tasks = [t for t, k in _SCORED.items() if k in m]
     return bool(tasks) and all(plain_or_gz(f(run, t, "dev")).is_file() for t in tasks for f in (prediction_path, raw_path))
 
+# %% ../nbs/16b_ablate.ipynb #b58a1f13
 def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
     """A finished run of configuration `cfg` in the table folder `folder` belongs to or one beside it (`folder` =
     `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are `BASE/ANY[/seed-K]/rows/ROW[/partN-...]`): every TrainConfig field the
@@ -142,6 +146,7 @@ def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
             if _files_under(got, data) and (not predictions or has_dev_predictions(run)): return run
     return None
 
+# %% ../nbs/16b_ablate.ipynb #52cb74d6
 def phase_key(pcfg:TrainConfig) -> str:
     """A phase's configuration as comparable text (`config_key`), less what that phase does not read: a contrastive-only phase
     (Lee & Li (002)'s MNRL) draws its batches of `contrastive_batch` pairs, never of `batch_size` (unless prefixes start from a batch);
@@ -169,6 +174,7 @@ def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
         if same and str(got.get("device", "")).split(":")[0] == dev and _files_under(got, data): return cand
     return None
 
+# %% ../nbs/16b_ablate.ipynb #92dc1f79
 def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False, predictions:bool=False) -> dict:
     "Train (or continue, or score untrained) one run of a row in `folder`; returns its metrics.json"
     folder = Path(folder)
@@ -195,7 +201,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         write_json(m, folder/"metrics.json")
     return m
 
-# %% ../nbs/16b_ablate.ipynb #832f9dbd
+# %% ../nbs/16b_ablate.ipynb #d08635f3
 def _clean_checkpoints(folder:Path):
     """Delete a finished row's checkpoints, but for the best.pt of each phase before a run's last: another row's run may
     take that phase (`twin_phase`) and start its next phase from those weights"""
@@ -210,6 +216,7 @@ def _part_dirs(folder:Path, cfgs:list) -> list:
     "The run folder of each configuration of a row: the row's own folder, or one per part"
     return [folder] if len(cfgs) == 1 else [folder/f"part{i + 1}-{'-'.join(TrainConfig(**c).tasks)}" for i, c in enumerate(cfgs)]
 
+# %% ../nbs/16b_ablate.ipynb #ec1b157f
 def copies_only(table:PaperTable, row:Row, out, scale:str, **overrides) -> bool:
     "Whether running `row` into `out` now would train nothing: each of its runs is finished, or a finished twin's to copy (`twin_run`)"
     if row.same_as or row.ensemble or row.untrained or row.eval_tasks or row.needs: return False
@@ -223,6 +230,46 @@ def _same_as(row:Row, rec:dict, other:dict) -> dict:
     return dict(rec, **{k: other[k] for k in ("metrics", "backbone", "data")}, status="ok", wall_s=0.0, runs=other["runs"],
                 note=f"same run as {row.same_as}: {row.note}".rstrip(": "))
 
+# %% ../nbs/16b_ablate.ipynb #d34f5a7c
+def _trained_record(table:PaperTable, row:Row, rec:dict, folder:Path, scale:str, progress:bool, **overrides) -> dict:
+    "`rec` of `row` completed by its runs (`run_part`: trained, continued, copied from a twin or scored untrained); 'not run' and why, if it cannot run here"
+    cfgs = row_configs(table, row, scale, **overrides)
+    why = row_blocker(row, cfgs)
+    if why: return dict(rec, status="not run", reason=why)
+    dirs = _part_dirs(folder, cfgs)
+    member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
+    try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
+    except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
+    c0 = TrainConfig(**cfgs[0])
+    rec.update(metrics=merge_metrics(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),
+               runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
+    if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
+        rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
+    if phased := [f"phase {s['name']} of {s['copied_from'].split('/')[0]}" for p in parts for s in p.get("phases") or [] if "copied_from" in s and "copied_from" not in p]:
+        rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
+    return rec
+
+# %% ../nbs/16b_ablate.ipynb #edce74a7
+def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
+    folder = row_dir(out, table, row)
+    if (done := row_record(out, table, row)) is not None: return done   # (finished by another process before this one held it)
+    rec = dict(table=table.id, row=row.name, scale=scale, note=row.note, folder=str(folder))
+    if row.same_as:                                   # minbert_nb builds this row exactly like another one: reuse that run
+        other = run_row(table, table.row(row.same_as), out, scale, progress, keep_checkpoints, **overrides)
+        if other["status"] != "ok": return dict(rec, status="not run", reason=f"as {row.same_as}: {other.get('reason')}")
+        rec = _same_as(row, rec, other)
+    elif row.ensemble:                                # combine the member rows' runs (15_ensemble)
+        rec = _ensemble_record(table, row, rec, out, scale, progress, keep_checkpoints, **overrides)
+        if rec["status"] != "ok": return rec
+    else:
+        rec = _trained_record(table, row, rec, folder, scale, progress, **overrides)
+        if rec["status"] != "ok": return rec
+    rec["code"] = code_version()
+    if not keep_checkpoints: _clean_checkpoints(folder)
+    write_json(portable(rec, folder), folder/"row.json")
+    return rec
+
+# %% ../nbs/16b_ablate.ipynb #4e95ac1d
 def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=True, keep_checkpoints:bool=False, **overrides) -> dict:
     """Run `row` of `table` into its folder under `out` (skipped when done); returns its record (also `row.json` once done).
     The row's folder is this process's alone meanwhile (`08e_folders`; its lock file beside it, since a copied twin's run is
@@ -236,49 +283,26 @@ def run_row(table:PaperTable, row:Row, out, scale:str="quick", progress:bool=Tru
         return _run_row(table, row, out, scale, progress, keep_checkpoints, **overrides)
     finally: unlock_folder(folder)
 
-def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
+# %% ../nbs/16b_ablate.ipynb #5c267c21
+def _ensemble_record(table:PaperTable, row:Row, rec:dict, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
+    "`rec` of ensemble `row` completed: its members' runs (run first where need be) combined by `ensemble_runs`; 'not run' and why, if they cannot be"
     folder = row_dir(out, table, row)
-    if (done := row_record(out, table, row)) is not None: return done   # (finished by another process before this one held it)
-    rec = dict(table=table.id, row=row.name, scale=scale, note=row.note, folder=str(folder))
-    if row.same_as:                                   # minbert_nb builds this row exactly like another one: reuse that run
-        other = run_row(table, table.row(row.same_as), out, scale, progress, keep_checkpoints, **overrides)
-        if other["status"] != "ok": return dict(rec, status="not run", reason=f"as {row.same_as}: {other.get('reason')}")
-        rec = _same_as(row, rec, other)
-    elif row.ensemble:                                # combine the member rows' runs (15_ensemble)
-        members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
-        lacking = [m["row"] for m in members if m["status"] != "ok"]
-        if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
-        gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
-        if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
-                             "not committed and stay on the machine a run trained on): delete those folders to train them again here")
-        t0, dirs = time.time(), [m["runs"][0] for m in members]
-        em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
-        metrics = merge_metrics([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
-        for k in ("device", "amp"):                   # where its members ran, when they agree: the table's device column
-            if len(v := {m["metrics"].get(k) for m in members}) == 1 and None not in v: metrics[k] = v.pop()
-        rec.update(metrics=metrics, status="ok", wall_s=time.time() - t0, runs=[str(folder/"ensemble")],
-                   backbone=members[0]["backbone"], data=members[0]["data"])
-    else:
-        cfgs = row_configs(table, row, scale, **overrides)
-        why = row_blocker(row, cfgs)
-        if why: return dict(rec, status="not run", reason=why)
-        dirs = _part_dirs(folder, cfgs)
-        member = table.is_member(row.name)                           # an ensemble reads its dev predictions: a copy must have them
-        try: parts = [run_part(c, d, progress, row.eval_tasks, row.untrained, member) for c, d in zip(cfgs, dirs)]
-        except DataError as e: return dict(rec, status="not run", reason=f"data: {e}")
-        c0 = TrainConfig(**cfgs[0])
-        rec.update(metrics=merge_metrics(parts), status="ok", wall_s=sum(p.get("wall_time_s", 0) for p in parts if "copied_from" not in p),
-                   runs=[str(d) for d in dirs], backbone=backbone_name(c0.backbone), data=_data_note(c0))
-        if copied := [p["copied_from"] for p in parts if "copied_from" in p]:
-            rec["note"] = "; ".join(x for x in (f"the run of {', '.join(copied)} (the same configuration and seed), copied: not trained again", row.note) if x)
-        if phased := [f"phase {s['name']} of {s['copied_from'].split('/')[0]}" for p in parts for s in p.get("phases") or [] if "copied_from" in s and "copied_from" not in p]:
-            rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
-    rec["code"] = code_version()
-    if not keep_checkpoints: _clean_checkpoints(folder)
-    write_json(portable(rec, folder), folder/"row.json")
+    members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
+    lacking = [m["row"] for m in members if m["status"] != "ok"]
+    if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
+    gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
+    if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
+                         "not committed and stay on the machine a run trained on): delete those folders to train them again here")
+    t0, dirs = time.time(), [m["runs"][0] for m in members]
+    em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
+    metrics = merge_metrics([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
+    for k in ("device", "amp"):                   # where its members ran, when they agree: the table's device column
+        if len(v := {m["metrics"].get(k) for m in members}) == 1 and None not in v: metrics[k] = v.pop()
+    rec.update(metrics=metrics, status="ok", wall_s=time.time() - t0, runs=[str(folder/"ensemble")],
+               backbone=members[0]["backbone"], data=members[0]["data"])
     return rec
 
-# %% ../nbs/16b_ablate.ipynb #d929a2bc
+# %% ../nbs/16b_ablate.ipynb #3a42eb72
 def _select(table:PaperTable, rows) -> list:
     if rows is None: return list(table.rows)
     idx = [int(x) for x in rows.split(",")] if isinstance(rows, str) else list(rows)
@@ -286,6 +310,19 @@ def _select(table:PaperTable, rows) -> list:
     if bad: raise ValueError(f"--rows {bad}: {table.id} has rows 1-{len(table.rows)} (`minbert_ablate list {table.id}` shows them).")
     return [table.rows[i - 1] for i in idx]
 
+def seed_dir(out, seed:int) -> Path:
+    "The folder of one seed's rows inside a table's output folder (`--seeds`): `OUT/seed-K/rows/NN-slug/`"
+    return Path(out)/f"seed-{int(seed)}"
+
+def parse_seeds(seeds) -> list|None:
+    "`--seeds 0,1,2` (or a list) as distinct ints; None stays None (one run per row, the config's own seed)"
+    if seeds is None: return None
+    try: s = [int(x) for x in (seeds.split(",") if isinstance(seeds, str) else seeds)]
+    except ValueError: s = []
+    if not s or len(set(s)) != len(s): raise ValueError(f"--seeds {seeds!r}: give distinct integers, e.g. 0,1,2.")
+    return s
+
+# %% ../nbs/16b_ablate.ipynb #737f35ed
 def _check_out(out:Path, want:dict):
     """`out` is new, or a table folder of the same table, scale and backbone (its ablate.json); nothing else is written into.
     The check and the write hold a lock beside `out`: processes of one table started at once (`--workers`, one per seed)
@@ -306,18 +343,7 @@ def _check_out_locked(out:Path, want:dict):
                                   "runs cannot share a table.")
     out.mkdir(parents=True, exist_ok=True); write_json(want, f)
 
-def seed_dir(out, seed:int) -> Path:
-    "The folder of one seed's rows inside a table's output folder (`--seeds`): `OUT/seed-K/rows/NN-slug/`"
-    return Path(out)/f"seed-{int(seed)}"
-
-def parse_seeds(seeds) -> list|None:
-    "`--seeds 0,1,2` (or a list) as distinct ints; None stays None (one run per row, the config's own seed)"
-    if seeds is None: return None
-    try: s = [int(x) for x in (seeds.split(",") if isinstance(seeds, str) else seeds)]
-    except ValueError: s = []
-    if not s or len(set(s)) != len(s): raise ValueError(f"--seeds {seeds!r}: give distinct integers, e.g. 0,1,2.")
-    return s
-
+# %% ../nbs/16b_ablate.ipynb #2d83987f
 def run_devices(folder) -> set:
     "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
     return {device_type(m) for f in Path(folder).rglob("metrics.json") if (m := json.loads(f.read_text())).get("device")}
@@ -337,6 +363,7 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
                                "a claim compares must not mix devices within a seed: give another --out for this device (with `reproduce`: "
                                f"another --results), or --device {sorted(other)[0]} to go on where they ran.")
 
+# %% ../nbs/16b_ablate.ipynb #a18c063e
 def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # rows finished earlier (another --rows selection) belong in the table too
         if r.name not in records and (rec := row_record(out, table, r)) is not None: records[r.name] = rec
@@ -358,6 +385,7 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
         return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")
     return run_row(table, row, out, *args, **kw)
 
+# %% ../nbs/16b_ablate.ipynb #c32c9b96
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
               progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md

@@ -42,7 +42,7 @@ def save_figure(fig, run_dir, name:str) -> Path:
     fig.savefig(path, dpi=110, bbox_inches="tight"); plt.close(fig)
     return path
 
-# %% ../nbs/15b_analysis.ipynb #5f2ea4bf
+# %% ../nbs/15b_analysis.ipynb #f4e0ff02
 @torch.no_grad()
 def attention_maps(model, tokenizer, sentence:str, task:str|None=None) -> dict:
     "Head-averaged attention of every layer for `sentence` (as `task` sees it): maps (L, T, T), tokens, prefix share (L,)"
@@ -57,6 +57,7 @@ def attention_maps(model, tokenizer, sentence:str, task:str|None=None) -> dict:
     P = att.shape[-1] - T
     return dict(maps=att[..., P:], prefix_share=att[..., :P].sum(-1).mean(-1), tokens=tokenizer.convert_ids_to_tokens(enc["input_ids"][0]))
 
+# %% ../nbs/15b_analysis.ipynb #78f44326
 def plot_attention(maps_by_task:dict, title:str="") -> "plt.Figure":
     "A grid of head-averaged attention maps: one row per task (or one row), one column per layer"
     import matplotlib.pyplot as plt
@@ -74,7 +75,7 @@ def plot_attention(maps_by_task:dict, title:str="") -> "plt.Figure":
     fig.suptitle(title, fontsize=9); fig.tight_layout()
     return fig
 
-# %% ../nbs/15b_analysis.ipynb #14aaa7b1
+# %% ../nbs/15b_analysis.ipynb #bae351cc
 def dev_frame(run_dir, task:str, data_dir=None) -> pd.DataFrame:
     "The run's dev predictions of `task` joined with the dev labels: id, pred, label (unlabelled rows dropped)"
     pred = read_predictions(prediction_path(run_dir, task, "dev"), task)
@@ -93,6 +94,7 @@ def class_names(task) -> list:
     "`task`'s class names for a figure's ticks (its spec's, wrapped at 10 characters)"
     return ["\n".join(textwrap.wrap(c, 10, break_long_words=False)) for c in get_task(task).classes]
 
+# %% ../nbs/15b_analysis.ipynb #0dd3dc5f
 def plot_confusion(df:pd.DataFrame, task:str) -> "plt.Figure":
     "Row-normalised confusion matrix (with counts) and the gold vs predicted class distributions"
     import matplotlib.pyplot as plt, seaborn as sns
@@ -162,7 +164,7 @@ def plot_conflicts(log:pd.DataFrame, smooth:int=3) -> "plt.Figure":
     fig.tight_layout()
     return fig
 
-# %% ../nbs/15b_analysis.ipynb #845d0219
+# %% ../nbs/15b_analysis.ipynb #8b29b61e
 def frontier(run_dirs) -> "pd.DataFrame":
     "One row per finished run folder: peft, mode, trainable and peft parameters, dev scores, train time per step"
     import json
@@ -182,6 +184,7 @@ def pareto(params, scores) -> np.ndarray:
     p, s = np.asarray(params, float), np.asarray(scores, float)
     return np.array([not np.any((p <= p[i]) & (s >= s[i]) & ((p < p[i]) | (s > s[i]))) for i in range(len(p))], dtype=bool)
 
+# %% ../nbs/15b_analysis.ipynb #14f25f0d
 def plot_frontier(df, path=None, title:str="dev score against trainable parameters", x:str="trainable", y:str="overall",
                   label:str="peft", group:str|None="mode", ax=None):
     """Score `y` against trainable parameters `x` (log scale), one point per row of `df` (e.g. `frontier`'s) labelled by
@@ -211,10 +214,21 @@ def plot_frontier(df, path=None, title:str="dev score against trainable paramete
         plt.close(fig)
     return fig
 
-
-# %% ../nbs/15b_analysis.ipynb #7d360ba8
+# %% ../nbs/15b_analysis.ipynb #f11a9a71
 DEFAULT_SENTENCE = "Some guy sitting on a couch watching television."
 
+def _attention_figure(run:Path, sentence:str=DEFAULT_SENTENCE, device=None) -> Path:
+    "The attention maps of run `run` for `sentence` (a row per task where the run has per-task modules), drawn from its best.pt"
+    from minbert_nb.train import load_run
+    model, rcfg = load_run(run, device)
+    tok = load_tokenizer(rcfg.backbone)
+    per_task = "prefix" in str(rcfg.peft) or rcfg.peft in ("pal", "adapter")
+    tasks = tuple(rcfg.model_tasks or rcfg.tasks) if per_task else (None,)
+    maps = {t or "all tasks": attention_maps(model, tok, sentence, t) for t in tasks}
+    title = f"attention (head average) for: {sentence}" + (f"  [{rcfg.peft}: per task]" if per_task else "")
+    return save_figure(plot_attention(maps, title), run, "attention")
+
+# %% ../nbs/15b_analysis.ipynb #5d5be617
 def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=None) -> dict:
     """Write every figure the run's outputs allow into RUN_DIR/figures/ (a committed run keeps none of its own: this draws them
     again from its history.csv, grad_conflicts.csv, metrics.json and predictions); returns {'written': [paths], 'skipped': {name: why}}"""
@@ -241,15 +255,7 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
         from minbert_nb.ensemble import plot_members
         written.append(plot_members(m, run/"figures"/"members.png"))
     else: skipped["members"] = "not an ensemble folder"
-    if (run/"best.pt").is_file():
-        from minbert_nb.train import load_run
-        model, rcfg = load_run(run, device)
-        tok = load_tokenizer(rcfg.backbone)
-        per_task = "prefix" in str(rcfg.peft) or rcfg.peft in ("pal", "adapter")
-        tasks = tuple(rcfg.model_tasks or rcfg.tasks) if per_task else (None,)
-        maps = {t or "all tasks": attention_maps(model, tok, sentence, t) for t in tasks}
-        title = f"attention (head average) for: {sentence}" + (f"  [{rcfg.peft}: per task]" if per_task else "")
-        written.append(save_figure(plot_attention(maps, title), run, "attention"))
+    if (run/"best.pt").is_file(): written.append(_attention_figure(run, sentence, device))
     else: skipped["attention"] = "no best.pt (the run was saved without weights)"
     return dict(written=[str(p) for p in written], skipped=skipped)
 

@@ -13,7 +13,7 @@ from .tables import TABLES
 # %% auto #0
 __all__ = ['CLAIMS', 'DIFFERS', 'Claim', 'claim', 'differs_text']
 
-# %% ../nbs/16c_claims.ipynb #4515183f
+# %% ../nbs/16c_claims.ipynb #02f596e1
 @dataclass
 class Claim:
     "One finding of a report: rows `a` against rows `b` of `table` on `metric`, with the sign of A − B that the paper asserts"
@@ -37,6 +37,7 @@ class Claim:
         t = TABLES[self.table]
         return round(float(np.mean([t.row(n).paper[self.column] for n in self.a]) - np.mean([t.row(n).paper[self.column] for n in self.b])), 10)
 
+# %% ../nbs/16c_claims.ipynb #e1218428
 CLAIMS: dict = {}
 
 def claim(id:str, text:str, table:str, section:str, metric:str, a, b, sign:int, note:str="", margin:float|None=None) -> Claim:
@@ -59,7 +60,7 @@ def claim(id:str, text:str, table:str, section:str, metric:str, a, b, sign:int, 
     if np.sign(c.paper_diff) != sign: raise ValueError(f"{id}: the paper's difference is {c.paper_diff:+.4g}, not of sign {sign:+d}.")
     CLAIMS[id] = c; return c
 
-# %% ../nbs/16c_claims.ipynb #731adebc
+# %% ../nbs/16c_claims.ipynb #869aadae
 # Table 4's four groups of rows: a mode (pretrain, finetune) and a head design (Base BERT, Sentence-BERT), each with and
 # without the three PEFT modules
 _PRE_BASE, _PRE_SBERT, _FT_BASE, _FT_SBERT = ("Pretrain / Base BERT", "Pretrain / Sentence-BERT", "Finetune / Base BERT", "Finetune / Sentence-BERT")
@@ -79,6 +80,8 @@ def _module_in_every_group(module:str) -> tuple:
 _READ_OFF = "read off the paper's table: its text does not state this comparison"
 _NULL = ("the paper asserts no effect (its table's small difference has this sign): 'inconclusive' agrees with it, "
         "'contradicted' means A came out significantly higher, 'reproduced' significantly lower")
+
+# %% ../nbs/16c_claims.ipynb #8da8feca
 claim("000-T3-finetune-sst", "Fine-tuning the whole BERT beats training the classifier alone on SST", "000-T3", "5 Experiments, Results", "sst_acc",
       "Finetune", "Pretrain", +1, note=_READ_OFF)
 claim("000-T3-finetune-cfimdb", "Fine-tuning the whole BERT beats training the classifier alone on CFIMDB", "000-T3", "5 Experiments, Results",
@@ -92,6 +95,8 @@ claim("000-T4-prefix-finetune-base", "In finetune mode the best module (prefix) 
       "5 Experiments, Results", "avg", f"{_FT_BASE} / Prefix", f"{_FT_BASE} / -", +1)
 claim("000-T4-prefix-finetune-sbert", "In finetune mode the best module (prefix) adds only 0.6 points to Sentence-BERT's average", "000-T4",
       "5 Experiments, Results", "avg", f"{_FT_SBERT} / Prefix", f"{_FT_SBERT} / -", +1, note="0.6 points in the paper: a single run's noise can exceed it")
+
+# %% ../nbs/16c_claims.ipynb #4546853b
 claim("000-T4-sbert-sts", "Sentence-BERT is better than Base BERT on STS (fine-tuned, every module)", "000-T4", "5 Experiments, Results; 7 Conclusion",
       "sts_corr", _group_rows(_FT_SBERT), _group_rows(_FT_BASE), +1, note="the text's 32.2 points is the pair without a module (75.9 against 43.7)")
 claim("000-T4-sbert-sts-pretrain", "Sentence-BERT is better than Base BERT on STS in pretrain mode too (every module; 39.5 points with PAL)", "000-T4",
@@ -137,7 +142,7 @@ claim("000-T10-sqrt", "Square-root sampling is below proportional on average", "
 claim("000-T11-sick", "Adding SICK to the training data gives the highest average", "000-T11", _A2, "avg", "+ SICK", "Default", +1,
       note="the paper's text is about the average ('the highest overall performance'); on STS alone its table gives +2.1")
 
-# %% ../nbs/16c_claims.ipynb #90ee10dc
+# %% ../nbs/16c_claims.ipynb #5f916b71
 _FULL60, _COS60 = "full-model-concatembed-60-1e-05", "full-model-anneal3600-60-1e-05-cos"
 _SCHED = "; the LoRA row also decays its rate linearly (the report's Table 1 models used a linear scheduler), the full-model row keeps it constant"
 claim("002-T2-finetune", "Fine-tuning the whole model beats training the last linear layers (10 epochs)", "002-T2", "4 Approach (Baselines)", "overall",
@@ -158,6 +163,8 @@ claim("002-T2-dora-vs-lora", "DoRA beats LoRA (both with the linear scheduler, r
       "dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", "lora-concatembed-80-4e-04", +1,
       note="confounded in the paper: the DoRA row also anneals (SST and STS upweighted) and runs 35 epochs at batch 16 and 2e-4, against 80 at 4e-4; "
            "the text's 'across all tasks' does not hold for SST in its own table (0.480 against LoRA's 0.490)")
+
+# %% ../nbs/16c_claims.ipynb #a66e9f99
 _BEST_002 = "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"   # the best single model of Table 2 by dev overall (0.675)
 claim("002-T2-ensemble4", "The 4-model ensemble (majority vote) beats the best single model by 0.035 overall: the table's best dev score",
       "002-T2", "5.4 Results; 6 Analysis", "overall", "4-ensemble", _BEST_002, +1,
@@ -173,7 +180,7 @@ claim("002-T2-full-vs-dora", "Full fine-tuning beats DoRA (the same 60 epochs an
       "overall", _FULL60, "dora-anneal1800-concatembed-60-2e-04", +1,
       note="the DoRA row also anneals (1800 steps an epoch, SST and STS upweighted) at 2e-4, the full row is round-robin at 1e-5")
 
-# %% ../nbs/16c_claims.ipynb #b0cf290f
+# %% ../nbs/16c_claims.ipynb #148acc6c
 claim("003-T2-finetune", "Fine-tuning beats pretraining (frozen BERT) on average", "003-T2", "4.5 Results", "avg", "R2", "R1", +1)
 claim("003-T2-cosine-sts", "Cosine-similarity fine-tuning improves STS", "003-T2", "4.5 Results; 5.2 Cosine similarity", "sts_corr", "R4", "R2", +1)
 claim("003-T2-cosine-sst", "Cosine-similarity fine-tuning improves SST too (0.471 to 0.489)", "003-T2", "4.5 Results (Figure 3)", "sst_acc", "R4", "R2", +1,
@@ -194,6 +201,8 @@ claim("003-T2-smart", "SMART regularisation (lambda 5) lowers the average agains
 claim("003-T2-pcgrad", "Gradient surgery (PCGrad) neither raises nor lowers the average", "003-T2", "4.5 Results; 5.6 Gradient Surgery", "avg", "R8", "R4", -1,
       margin=0.01,
       note=_NULL + "; 0.009 in the paper; our PCGrad row also samples simultaneously: each step takes a batch of every task, so it runs a third of R4's steps (the same examples seen)")
+
+# %% ../nbs/16c_claims.ipynb #c3092205
 claim("004-T2-concat-sts", "A cross-encoder (concatenated pair) is far better on STS than cosine similarity of separate embeddings", "004-T2",
       "5.4.1 Model Comparison", "sts_corr", "Concat", "Cos-Sim", +1)
 claim("004-T2-cos-baseline", "Cosine similarity beats the baseline", "004-T2", "5.4.1 Model Comparison", "overall", "Cos-Sim", "Baseline", +1)
@@ -208,6 +217,8 @@ claim("004-T2-surgery", "Gradient surgery does not help on top of SMART and pret
       "Concat+SMART+Surgery+Pretrain", "Concat+SMART+Pretrain", -1, note=_NULL + "; 0.001 in the paper: within any seed's noise", margin=0.01)
 claim("004-T2-pretrain-sst", "Further pretraining on Quora also helps SST (+0.020)", "004-T2", "5.4.1 Model Comparison", "sst_acc",
       "Concat+SMART+Pretrain", "Concat+SMART*", +1, note=_PRE.format("phase", "the simultaneous"))
+
+# %% ../nbs/16c_claims.ipynb #2d8ba9f0
 def _t3_rows(smart_weight) -> tuple:
     "Wang (004)'s Table 3 rows at SMART weight λ_s = `smart_weight`, one per dropout value"
     return tuple(f"Concat+SMART+Pretrain / λ_s={smart_weight} / dropout={d}" for d in (0.1, 0.2, 0.3, 0.4, 0.5))
@@ -225,7 +236,7 @@ claim("004-T4-ensemble", "A mode/median ensemble of the five λ_s = 5 models bea
       "5.4.2 Parameter Tuning & Ensemble Result", "overall", "Concat+SMART+Pretrain ensemble (Dev)", "λ_s=5 / dropout=0.1", +1,
       note="0.002 in the paper (0.800 against 0.798, its best member by dev overall, tied with dropout 0.4): within a seed's noise")
 
-# %% ../nbs/16c_claims.ipynb #73a0f1e4
+# %% ../nbs/16c_claims.ipynb #7b5f3a4a
 DIFFERS = {
     "sbert": "the backbone here, all-MiniLM-L6-v2, was itself trained as a Sentence-BERT model (mean pooling, a cosine objective), "
              "where the papers start from bert-base-uncased, whose pooled vectors are untrained for similarity: cosine, mean-pooling "
@@ -241,6 +252,8 @@ DIFFERS = {
     "truncation": "below `full` inputs are cut to 64 tokens, and 98% of CFIMDB's training reviews are longer (median 205 "
                   "word pieces): the rows read the opening of each review",
 }
+
+# %% ../nbs/16c_claims.ipynb #f87f9dd4
 _DIFFERS_OF = {
     "sbert": ("000-T4-sbert-sts", "000-T4-modules-pretrain-base", "000-T6-absdiff-sts", "000-T6-mean-absdiff", "000-T6-cos-sts",
               "002-T2-cosine-sts", "002-T2-mnrl-sts", "003-T2-cosine-sts", "004-T2-concat-sts", "004-T2-cos-baseline",

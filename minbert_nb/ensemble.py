@@ -79,7 +79,7 @@ def average_raw(task:str, raws, weights=None, biases=None) -> np.ndarray:
         return (w @ (R + b[:, None]) > 0).astype(np.int64)
     return np.clip(w @ R, spec.low, spec.high)       # a score
 
-# %% ../nbs/15_ensemble.ipynb #7ce4af47
+# %% ../nbs/15_ensemble.ipynb #8abbd87b
 METHODS = {"class": ("vote", "logits"), "binary": ("vote", "logits"), "score": ("mean", "median", "weighted")}   # per target
 RAW_METHODS = ("logits", "weighted")             # the methods that read raw-output files
 
@@ -91,6 +91,7 @@ def ensemble_tasks() -> list:
     "Every task the library knows (built in and declared), in the order of their scores (04_data's TASK_METRIC)"
     return list(TASK_METRIC)
 
+# %% ../nbs/15_ensemble.ipynb #99211451
 def align_members(frames:list, paths:list) -> list:
     "Members' frames (`id` + values) in the first one's row order; an error names the file whose ids differ, and how many"
     ref = frames[0]["id"]; ref_set = set(ref); out = []
@@ -181,7 +182,7 @@ def plot_members(metrics:dict, path) -> Path:
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
-# %% ../nbs/15_ensemble.ipynb #e5bad7f0
+# %% ../nbs/15_ensemble.ipynb #b741df55
 def _data_dir(data_dir, runs):
     "`data_dir`, else the first member's (its config.json), else None (the usual lookup)"
     if data_dir is not None: return data_dir
@@ -194,6 +195,15 @@ def _prepare_out(out:Path, runs:list):
     if out.resolve() in {r.resolve() for r in runs}: raise ValueError(f"--out {out} is one of the members; write the ensemble to a new folder.")
     check_new_folder(out, "ensemble", reuse=("ensemble",))
 
+def _task_methods(sst:str, para:str, sts:str) -> dict:
+    "Each task's combining method from the flags `sst`, `para` and `sts` (each sets a target's method), checked against METHODS"
+    flags, targets = dict(sst=sst, para=para, sts=sts), dict(sst="class", para="binary", sts="score")   # each flag sets a target's method
+    for flag, m in flags.items():
+        if m not in METHODS[targets[flag]]: raise ValueError(f"--{flag} {m}: expected one of {', '.join(METHODS[targets[flag]])}.")
+    by_target = {targets[f]: m for f, m in flags.items()}
+    return {t: by_target[get_task(t).target] for t in ensemble_tasks()}
+
+# %% ../nbs/15_ensemble.ipynb #5035b0c3
 def _ensemble_splits(runs:list, w:np.ndarray, methods:dict, splits, partial:bool) -> tuple:
     """Each task and split that the members predict, ensembled: `({(task, split): result}, skipped, abstained)`. A file some
     members lack is skipped, or with `partial` ensembled over those that have it (the others abstain)"""
@@ -217,6 +227,7 @@ def _ensemble_splits(runs:list, w:np.ndarray, methods:dict, splits, partial:bool
             results[(t, split)] = dict(ensemble_split([r for r, h in zip(runs, have) if h], t, split, methods[t], w[sel]), have=have)
     return results, skipped, abstained
 
+# %% ../nbs/15_ensemble.ipynb #e96160cf
 def _dev_scores(results:dict, runs:list, ddir) -> tuple:
     "The ensemble's dev scores and each member's, against the dev labels in `ddir`; each member's own metrics.json beside them"
     metrics, members = dict(split="dev"), [dict(run=str(r)) for r in runs]
@@ -233,6 +244,7 @@ def _dev_scores(results:dict, runs:list, ddir) -> tuple:
         m["reported"] = {k: mj[k] for k in ("split", *SCORE_KEYS) if k in mj}
     return metrics, members
 
+# %% ../nbs/15_ensemble.ipynb #269bf4b2
 def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean", weights=None, data_dir=None,
                   splits=("dev", "test"), partial:bool=False) -> dict:
     "Ensemble the saved runs `run_dirs` into `out`: prediction files, config.json, metrics.json (dev) and figures/members.png"
@@ -241,11 +253,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     for r in runs:
         if not r.is_dir(): raise FileNotFoundError(f"{r}: no such run folder.")
     w = member_weights(weights, len(runs))
-    flags, targets = dict(sst=sst, para=para, sts=sts), dict(sst="class", para="binary", sts="score")   # each flag sets a target's method
-    for flag, m in flags.items():
-        if m not in METHODS[targets[flag]]: raise ValueError(f"--{flag} {m}: expected one of {', '.join(METHODS[targets[flag]])}.")
-    by_target = {targets[f]: m for f, m in flags.items()}
-    methods = {t: by_target[get_task(t).target] for t in ensemble_tasks()}
+    methods = _task_methods(sst, para, sts)
     _prepare_out(out, runs)          # refuse a member (or a foreign folder) as `out` before any work
     results, skipped, abstained = _ensemble_splits(runs, w, methods, splits, partial)
     if not results: raise FileNotFoundError(f"no task and split has a prediction file in every member ({', '.join(map(str, runs))}); "
@@ -269,7 +277,7 @@ def ensemble_runs(run_dirs, out, sst:str="vote", para:str="vote", sts:str="mean"
     print(f"ensemble of {len(runs)} runs, dev: " + " ".join(f"{k}={metrics[k]:.4f}{gain(k)}" for k in keys) + f" | {out}")
     return metrics
 
-# %% ../nbs/15_ensemble.ipynb #1952a6ff
+# %% ../nbs/15_ensemble.ipynb #23936a25
 def _headroom_members(runs:list, task:str, labels:pd.DataFrame):
     "(members x labelled rows) array of dev predictions, labels, run names, and the runs lacking some labelled row"
     lab = labels[labels["label"].notna()]
@@ -289,6 +297,7 @@ def bag_score(task:str, P, y, counts) -> float:
     if get_task(task).target == "score": return pearson(R.mean(0), y)
     return accuracy(vote(R).astype(int), np.asarray(y).astype(int))
 
+# %% ../nbs/15_ensemble.ipynb #4d9a8b2b
 def select_ensemble(task:str, P, y, init:int=3, steps:int=20) -> dict:
     "Ensemble selection with replacement (Caruana et al. 2004) on labels `y`: `single` scores, the best bag's `counts` and `score`"
     P = np.asarray(P, dtype=float); n = len(P)
@@ -307,7 +316,7 @@ def select_ensemble(task:str, P, y, init:int=3, steps:int=20) -> dict:
                                                                        # shifts the mean, which leaves the correlation as it was)
     return dict(single=single, counts=best_counts.astype(int), score=best)
 
-# %% ../nbs/15_ensemble.ipynb #739c1650
+# %% ../nbs/15_ensemble.ipynb #ea6da5e6
 def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=CS224N_TASKS) -> dict:
     "Per task, the best member and an ensemble selected **with the dev labels** (optimistic ceilings, never results)"
     runs = [Path(r) for r in run_dirs]
@@ -336,6 +345,7 @@ def ensemble_headroom(run_dirs, data_dir=None, init:int=3, steps:int=20, tasks=C
         out["overall_selected"] = three(lambda d: d["selected"]["score"])
     return out
 
+# %% ../nbs/15_ensemble.ipynb #d8dd2f2a
 def headroom_table(h:dict) -> str:
     "`ensemble_headroom`'s figures as a Markdown table"
     rows = ["| task | metric | runs | best member | selected ensemble (members) |", "|---|---|---|---|---|"]
@@ -348,7 +358,7 @@ def headroom_table(h:dict) -> str:
                     + (f"; best single run {br['overall']:.4f} ({Path(br['run']).name})" if br else "") + f" | {h['overall_selected']:.4f} |")
     return "\n".join(rows)
 
-# %% ../nbs/15_ensemble.ipynb #f71215ae
+# %% ../nbs/15_ensemble.ipynb #4711f36f
 def write_headroom(run_dirs, out, data_dir=None) -> dict:
     "`ensemble_headroom` of `run_dirs` into `out`/headroom.json (with the code version) and `out`/headroom.md"
     out, runs = expand(out), [expand(r) for r in run_dirs]
@@ -362,6 +372,7 @@ def write_headroom(run_dirs, out, data_dir=None) -> dict:
     print(table + f"\n(chosen with the dev labels: optimistic, never a result) -> {out/'headroom.json'}")
     return h
 
+# %% ../nbs/15_ensemble.ipynb #282d939d
 @cli
 def minbert_ensemble(run_dirs:list,       # run folders (minbert_train's, or earlier ensembles); their order breaks vote ties
                      out:str=None,        # folder for predictions/, config.json, metrics.json and figures/members.png (required)
@@ -381,4 +392,3 @@ def minbert_ensemble(run_dirs:list,       # run folders (minbert_train's, or ear
         if headroom: write_headroom(run_dirs, out, data_dir)
         else: ensemble_runs(run_dirs, out, sst, para, sts, w, data_dir, partial=partial)
     except (DataError, OSError, ValueError) as e: sys.exit(f"minbert_ensemble: {e}")
-

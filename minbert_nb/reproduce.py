@@ -27,11 +27,11 @@ from .verdicts import row_runs, write_report
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
-           'calls_here', 'write_plan', 'worker_env', 'run_calls', 'table_from_runs', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'ablate_parser',
-           'legacy_command', 'parse_ablate', 'minbert_ablate']
+           'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
+           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'legacy_command',
+           'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
-# %% ../nbs/16e_reproduce.ipynb #daa6abe5
+# %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
 EARLIER_RESULTS = "results/ablate-scale-rates"   # runs made while the scales set every row's optimiser: read, marked, until re-run
 # The tables whose claims compare rows that differ in their papers' optimisers (LoRA, DoRA and full fine-tuning; modules
@@ -43,6 +43,7 @@ def table_priority(table_id:str) -> int:
     ids = list(TABLES)
     return FIRST_TABLES.index(table_id) if table_id in FIRST_TABLES else len(FIRST_TABLES) + ids.index(table_id)
 
+# %% ../nbs/16e_reproduce.ipynb #a301af7c
 def reads(table, names) -> set:
     "Names of the rows of `table` whose runs the rows `names` read: themselves, an ensemble row's members, a `same_as` row's original"
     out = set()
@@ -73,6 +74,7 @@ def run_order(table_id:str) -> list:
         if r.name not in out: place(r)
     return out
 
+# %% ../nbs/16e_reproduce.ipynb #83ae447d
 def folder_seeds(folder) -> list:
     "The seeds a table folder holds a folder of (seed-K/), sorted"
     return sorted(int(d.name[5:]) for d in Path(folder).glob("seed-*") if d.name[5:].isdigit())
@@ -93,6 +95,7 @@ def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) 
                     out.append((t.id, r.name, s, [str(row_dir(f, t, t.row(m))) for m in gone]))
     return out
 
+# %% ../nbs/16e_reproduce.ipynb #ecf4dc7a
 def here_device(device:str|None=None) -> str:
     "The device type calls run on: `device`'s (not checked: a plan may be written for another machine), else this machine's best"
     return torch.device(device).type if device else default_device().type
@@ -116,6 +119,27 @@ def claim_seeds(claim, folder, seeds=(0, 1, 2), device:str|None=None, scale:str=
         if s not in out and seed_device(folder, s, device) == here_device(device): out.append(s)
     return tuple(sorted(out))
 
+# %% ../nbs/16e_reproduce.ipynb #9dbd405d
+def _with_copies(df:pd.DataFrame) -> pd.DataFrame:
+    "`plan_frame`'s records with their `twins`, `copies`, `phase_twins` and `phase_copies` (and without the columns that found them)"
+    # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done (with its dev
+    # predictions, for an ensemble member), or runs it earlier in the plan's order (plan_commands: table by table, each seed's
+    # rows in `run_order`), one call at a time
+    pos = {t: {n: i for i, n in enumerate(run_order(t))} for t in df["table"].unique()}
+    df["order"] = [(ti, pos[t][n]) for ti, t, n in zip(pd.factorize(df["table"])[0], df["table"], df["name"])]   # one seed's order
+    twins, copies, pcopies, ptwins = [], [], [], []
+    for i, r in df.iterrows():
+        g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
+        twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
+        copies.append(tuple(s for s in r["missing"] if any(o["dev"].get(s) == r["dev"][s] and (s in (o["preds"] if r["member"] else o["done"])
+                                                           or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in g.iterrows())))
+        h = df[(df["table"] == r["table"]) & (df["pkey"] == r["pkey"]) & (df.index != i)] if r["pkey"] is not None else df.iloc[:0]
+        ptwins.append("; ".join(f"{t} / {n}" for t, n in zip(h["table"], h["name"])))
+        pcopies.append(tuple(s for s in r["missing"] if s not in copies[-1] and any(o["dev"].get(s) == r["dev"][s] and (s in o["kept"]
+                             or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in h.iterrows())))
+    return df.assign(twins=twins, copies=copies, phase_twins=ptwins, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
+
+# %% ../nbs/16e_reproduce.ipynb #cdaecb36
 def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2), device:str|None=None) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (where a claim reads it,
     `claim_seeds` of every claim that does: `seeds` unless a seed began on another device than `device`'s; the first of `seeds`
@@ -147,24 +171,9 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
                              key=config_key(cfgs[0]) if len(cfgs) == 1 else None,
                              need=need, done=done, missing=tuple(s for s in need if s not in done), stale=stale, out=str(folder),
                              dev={s: seed_device(folder, s, device) for s in need}))
-    df = pd.DataFrame(recs)
-    # Rows of one configuration (`twin_run`): a missing run is a copy when another of them has that seed done (with its dev
-    # predictions, for an ensemble member), or runs it earlier in the plan's order (plan_commands: table by table, each seed's
-    # rows in `run_order`), one call at a time
-    pos = {t: {n: i for i, n in enumerate(run_order(t))} for t in df["table"].unique()}
-    df["order"] = [(ti, pos[t][n]) for ti, t, n in zip(pd.factorize(df["table"])[0], df["table"], df["name"])]   # one seed's order
-    twins, copies, pcopies, ptwins = [], [], [], []
-    for i, r in df.iterrows():
-        g = df[(df["key"] == r["key"]) & (df.index != i)] if r["key"] is not None else df.iloc[:0]
-        twins.append("; ".join(f"{t} / {n}" for t, n in zip(g["table"], g["name"])))
-        copies.append(tuple(s for s in r["missing"] if any(o["dev"].get(s) == r["dev"][s] and (s in (o["preds"] if r["member"] else o["done"])
-                                                           or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in g.iterrows())))
-        h = df[(df["table"] == r["table"]) & (df["pkey"] == r["pkey"]) & (df.index != i)] if r["pkey"] is not None else df.iloc[:0]
-        ptwins.append("; ".join(f"{t} / {n}" for t, n in zip(h["table"], h["name"])))
-        pcopies.append(tuple(s for s in r["missing"] if s not in copies[-1] and any(o["dev"].get(s) == r["dev"][s] and (s in o["kept"]
-                             or (s in o["missing"] and s not in o["stale"] and o["order"] < r["order"])) for _, o in h.iterrows())))
-    return df.assign(twins=twins, copies=copies, phase_twins=ptwins, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
+    return _with_copies(pd.DataFrame(recs))
 
+# %% ../nbs/16e_reproduce.ipynb #5a6a1aec
 def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=None) -> list:
     """`minbert_ablate table` argument lists for the missing runs of `plan`: one call per table and seed, its rows in `run_order`
     (a call holds all of a table's rows of that seed, so an ensemble row and its members never run in two processes). A seed
@@ -189,6 +198,7 @@ def calls_here(calls:list, device:str|None=None) -> tuple:
     away = [c for c in calls if "--device" in c and c[c.index("--device") + 1] != here]
     return [c for c in calls if c not in away], away
 
+# %% ../nbs/16e_reproduce.ipynb #43cd5b77
 def write_plan(plan:pd.DataFrame, path) -> Path:
     "`plan` as CSV at `path` (seeds as `0;1;2`), beside the report: the docs page shows what has not run yet"
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
@@ -196,7 +206,7 @@ def write_plan(plan:pd.DataFrame, path) -> Path:
     plan.assign(**{k: plan[k].map(seeds) for k in ("need", "done", "missing", "stale", "copies", "phase_copies") if k in plan}).to_csv(path, index=False)
     return path
 
-# %% ../nbs/16e_reproduce.ipynb #166f1695
+# %% ../nbs/16e_reproduce.ipynb #2983dd5d
 def worker_env(workers:int, env=None) -> dict:
     "The environment of one of `workers` processes sharing this machine's cores: its share of them as threads (at least 1)"
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -206,6 +216,19 @@ def _call_table(call:list) -> str:
     "The table id of a `minbert_ablate` argument list: `table ID ...`, or today's `--table ID ...`"
     return call[1] if call[0] == "table" else call[call.index("--table") + 1]
 
+# %% ../nbs/16e_reproduce.ipynb #67e9ea64
+def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
+    "Write `out`'s table.csv, table.md and figures again from the runs finished in its seed folders, training nothing"
+    t, out = TABLES[table_id], Path(out)
+    per = {}
+    for d in sorted(out.glob("seed-*")):
+        if not d.name[5:].isdigit(): continue
+        per[int(d.name[5:])] = {r.name: row_record(d, t, r) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
+                                for r in t.rows}
+    if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
+    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
+
+# %% ../nbs/16e_reproduce.ipynb #3a3abd53
 def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs", until:float|None=None) -> list:
     """Run `minbert_ablate` argument lists `calls` (`plan_commands`: one table and seed each), `workers` processes at a time, each
     with its share of the cores; each writes to a log in `log_dir`. No call starts after Unix time `until` (and each gets it as
@@ -231,18 +254,7 @@ def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs"
     bar.close()
     return failed
 
-def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
-    "Write `out`'s table.csv, table.md and figures again from the runs finished in its seed folders, training nothing"
-    t, out = TABLES[table_id], Path(out)
-    per = {}
-    for d in sorted(out.glob("seed-*")):
-        if not d.name[5:].isdigit(): continue
-        per[int(d.name[5:])] = {r.name: row_record(d, t, r) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
-                                for r in t.rows}
-    if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
-    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
-
-# %% ../nbs/16e_reproduce.ipynb #45c4cdf7
+# %% ../nbs/16e_reproduce.ipynb #641f6a25
 def _deadline(hours:float|None, until:float|None) -> float|None:
     "The Unix time after which no run starts: `until`, or `hours` from now (None: no limit)"
     if hours is None: return until
@@ -254,6 +266,7 @@ def _scale(scale:str) -> str:
     if scale not in SCALES: raise ValueError(f"--scale {scale}: expected one of {', '.join(SCALES)}.")
     return scale
 
+# %% ../nbs/16e_reproduce.ipynb #db7f9d58
 def ablate_list(table:str|None=None):
     "`minbert_ablate list [TABLE]`: print every table id with its caption, or the rows of `table`"
     print(list_tables(table))
@@ -268,6 +281,7 @@ def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|Non
               until=until)
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
+# %% ../nbs/16e_reproduce.ipynb #7f18007d
 def ablate_show(table:str, scale:str|None=None):
     "`minbert_ablate show TABLE`: print each row's resolved optimiser and budget at `scale` (default short), and what the paper leaves unsaid"
     if table not in TABLES: raise KeyError(f"table {table!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
@@ -278,6 +292,7 @@ def ablate_show(table:str, scale:str|None=None):
         print(settings_frame(t, scale).drop(columns=["tasks"]).fillna("-").to_string())   # blank: the backbone's own, or not trained
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
 
+# %% ../nbs/16e_reproduce.ipynb #33d6467a
 def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS):
     """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, figures; a claim
     with fewer than 3 seeds there is read from `earlier`, marked) and what the report still needs at `scale` (plan.csv) into
@@ -287,7 +302,7 @@ def ablate_report(results:str="results/ablate", report_out:str="results/reproduc
     print(df["verdict"].value_counts().to_string())
     print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'plan.csv'}")
 
-# %% ../nbs/16e_reproduce.ipynb #d6e3cc3e
+# %% ../nbs/16e_reproduce.ipynb #77df9f24
 def plan_summary(plan:pd.DataFrame, scale:str, results) -> str:
     "The first line `minbert_ablate plan` prints: the runs left at `scale` (for claims' rows, SMART runs, copies) and those done"
     left = plan["missing"].map(len)
@@ -305,6 +320,7 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
                f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again"
                for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
+# %% ../nbs/16e_reproduce.ipynb #e2d7695c
 def _chains_hint(calls:list) -> str:
     "`calls` (`plan_commands`) as chains of `tools/gpu_tables.py run`, for a GPU"
     arg = lambda c, k: c[c.index(k) + 1]
@@ -326,6 +342,7 @@ def ablate_plan(results:str="results/ablate", scale:str|None=None, device:str|No
     if chains and calls and here_device(device) == "cuda": print(_chains_hint(calls))
     return calls
 
+# %% ../nbs/16e_reproduce.ipynb #ead2f04e
 def _run_here(calls:list, extra:list, quiet:bool=False, until:float|None=None) -> list:
     "Run `calls` one after another in this process; [(call, why)] of those that failed (Ctrl-C or SIGTERM stops them all)"
     failed = []
@@ -353,7 +370,7 @@ def ablate_reproduce(results:str="results/ablate", report_out:str="results/repro
     ablate_report(results, report_out, earlier=earlier)
     if failed: sys.exit(f"minbert_ablate: {len(failed)} call(s) failed (above); the others ran.")
 
-# %% ../nbs/16e_reproduce.ipynb #4aff80e7
+# %% ../nbs/16e_reproduce.ipynb #7e30f3e7
 _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, type, help), as `add_arg` takes them
     "scale": (None, str, "a budget in examples, each row at its paper's optimiser: tiny 48 (a smoke test); quick 7,680 (`table`'s "
                          "default); short 23,040, 3 epochs of 7,680 (the report's scale, `plan`'s and `reproduce`'s default; 25-60 CPU "
@@ -373,6 +390,8 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "report_out": ("results/reproduction", str, "where claims.csv, report.md, plan.csv and the figures go"),
     "earlier": (EARLIER_RESULTS, str, "runs of an earlier registry, read (and marked) for claims that --results holds fewer than 3 seeds of"),
 }
+
+# %% ../nbs/16e_reproduce.ipynb #48497cfc
 _COMMANDS = {  # command -> (its function, what it does, its options)
     "list": (ablate_list, "print every table id with its caption, or the rows of TABLE", ()),
     "show": (ablate_show, "print each row's resolved settings at a scale (learning rates, schedule, warm-up, dropout, batch size, budget)",
@@ -387,18 +406,7 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
                   ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet", "earlier")),
 }
 
-def ablate_parser() -> argparse.ArgumentParser:
-    "The parser of `minbert_ablate`: a subcommand per entry of `_COMMANDS`, each with its options (`add_arg`)"
-    p = arg_parser("minbert_ablate", minbert_ablate.__doc__)
-    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
-    for name, (_, what, options) in _COMMANDS.items():
-        s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-        s._negative_number_matcher = p._negative_number_matcher
-        if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
-        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
-        for o in options: add_arg(s, o, *_OPTIONS[o])
-    return p
-
+# %% ../nbs/16e_reproduce.ipynb #f2f0ed43
 _FLAGS = ("list", "show", "report", "reproduce", "plan")   # the flags that chose a command before the subcommands, in the order they win
 
 def legacy_command(argv:list) -> tuple:
@@ -416,6 +424,7 @@ def legacy_command(argv:list) -> tuple:
     if command == "show" and not a["table"]: raise ValueError("--show prints one table's settings: give --table ID.")
     return command, {k: a[k] for k in ("table",) * (command in ("list", "table", "show")) + _COMMANDS[command][2]}
 
+# %% ../nbs/16e_reproduce.ipynb #53c5ff56
 def parse_ablate(argv:list) -> tuple:
     "`argv` as (command, keyword arguments): a subcommand (`list`, `table ID`, `plan`, `report`, `reproduce`), or the flags before them"
     if argv[:1] and argv[0] in (*_COMMANDS, "-h", "--help"):
@@ -434,6 +443,18 @@ def minbert_ablate(argv:list|None=None):
         print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
     except (KeyError, ValueError, DataError, OSError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
 
+# %% ../nbs/16e_reproduce.ipynb #37cbe5cf
+def ablate_parser() -> argparse.ArgumentParser:
+    "The parser of `minbert_ablate`: a subcommand per entry of `_COMMANDS`, each with its options (`add_arg`)"
+    p = arg_parser("minbert_ablate", minbert_ablate.__doc__)
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(_COMMANDS) + "}")
+    for name, (_, what, options) in _COMMANDS.items():
+        s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        s._negative_number_matcher = p._negative_number_matcher
+        if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
+        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
+        for o in options: add_arg(s, o, *_OPTIONS[o])
+    return p
 minbert_ablate.parser, minbert_ablate.main = ablate_parser, minbert_ablate   # as for the `cli` commands (00_core)
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_ablate()   # python -m minbert_nb.reproduce (run_calls' workers)

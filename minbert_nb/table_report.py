@@ -32,7 +32,7 @@ def merge_metrics(parts:list) -> dict:
     with_overall(m)
     return m
 
-# %% ../nbs/16a_table_report.ipynb #1b29e709
+# %% ../nbs/16a_table_report.ipynb #e7617e1a
 def our_value(key:str, m:dict, percent:bool=False):
     "Our number for a paper column with metric `key` from a row's merged metrics (None if the row has none)"
     if not m: return None
@@ -51,6 +51,7 @@ def hw_label(m:dict) -> str:
     "A run's device type and precision from its metrics.json, e.g. 'cuda bfloat16' ('' when neither is recorded)"
     return " ".join(x for x in (device_type(m), str(m.get("amp") or "")) if x)
 
+# %% ../nbs/16a_table_report.ipynb #5c4a9a8e
 def train_files(m:dict) -> dict:
     "A run's `train_files` from its metrics.json: task_train -> file, task_train_rows -> rows ({} when it names none)"
     f = m.get("train_files") or {}
@@ -80,6 +81,7 @@ def _row_data(table:PaperTable, row:Row, records:dict) -> str:
     ms = {data_label(records[m]) for m in row.ensemble if m in records and records[m].get("status") == "ok"}
     return ms.pop() if len(ms) == 1 else data_label(records[row.name])
 
+# %% ../nbs/16a_table_report.ipynb #bc931571
 def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
     "One line per paper row, in the paper's order: the paper's numbers, ours, backbone, data, device (and precision), scale, wall time, status"
     lines = []
@@ -98,6 +100,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
         lines.append(line)
     return pd.DataFrame(lines)
 
+# %% ../nbs/16a_table_report.ipynb #f0eac8d4
 def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
     "`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1), `seeds` their number"
     frames = [table_frame(table, recs, scale) for _, recs in sorted(per_seed.items())]
@@ -118,6 +121,7 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
         if 0 < n < len(frames): df.loc[i, "status"] = f"ok on {n} of {len(frames)} seeds"
     return df
 
+# %% ../nbs/16a_table_report.ipynb #f995f2bb
 def _fmt(v, percent:bool, paper:bool, params:bool=False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)): return "–"
     if paper: return f"{v:g}" if isinstance(v, (int, float)) else str(v)
@@ -147,7 +151,7 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(out) + "\n"
 
-# %% ../nbs/16a_table_report.ipynb #df5c2329
+# %% ../nbs/16a_table_report.ipynb #239d601f
 def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str|None=None):
     "Paper vs ours, one panel per score column, one pair of bars per row"
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
@@ -170,6 +174,7 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
 
+# %% ../nbs/16a_table_report.ipynb #5b31b7f8
 def plot_table_frontier(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str|None=None):
     "Score vs trainable parameters (log scale) for every row that has both, with the Pareto frontier (`plot_frontier`); the paper's beside ours"
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt

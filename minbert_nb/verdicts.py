@@ -21,7 +21,7 @@ from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'EXTRA_COLUMNS', 'EARLIER', 'HOLM_ALPHA', 'paired_ci', 'verdict',
+__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'paired_ci', 'verdict',
            'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
            'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
            'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
@@ -47,7 +47,7 @@ def verdict(lo:float, hi:float, sign:int, n:int) -> str:
     if lo > 0 or hi < 0: return "reproduced" if (1 if lo > 0 else -1) == sign else "contradicted"
     return "inconclusive"
 
-# %% ../nbs/16d_verdicts.ipynb #ed4b57f8
+# %% ../nbs/16d_verdicts.ipynb #2639df71
 @functools.lru_cache(maxsize=4096)
 def _read_text(path:str, stamp:tuple) -> str: return Path(path).read_text()
 
@@ -71,6 +71,7 @@ def pick_folder(cands:list, scale:str|None=None) -> dict|None:
     c = [x for x in cands if scale is None or x["scale"] == scale]
     return max(c, key=lambda x: (len(x["seeds"]), x["scale"] != "tiny", x["scale"] == "full"), default=None)
 
+# %% ../nbs/16d_verdicts.ipynb #fc468294
 _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_tasks")   # a run's own settings, not the row's
 
 def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
@@ -89,6 +90,7 @@ def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
         return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW)
     return not any(agrees(w) for w in row_configs(table, row, scale))
 
+# %% ../nbs/16d_verdicts.ipynb #506df522
 def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
     """The run folders (each with metrics.json) behind `row` in the table folder `rows_of` ([] when the row has not finished,
     or, given the folder's `scale`, when a run trained a configuration the registry has since changed: `is_stale`)"""
@@ -120,7 +122,7 @@ def last_epoch_metrics(run) -> dict|None:
     h = pd.read_csv(run/"history.csv"); last = h.iloc[-1]
     return {k: float(last[k]) for k in _SCORES if k in h.columns and pd.notna(last[k])}
 
-# %% ../nbs/16d_verdicts.ipynb #81efdadf
+# %% ../nbs/16d_verdicts.ipynb #666c6178
 CSV_COLUMNS = ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "a_runs", "b_runs")
 
 def scale_caveat(c:Claim, scale:str|None) -> str:
@@ -141,9 +143,7 @@ def scale_caveat(c:Claim, scale:str|None) -> str:
     if one: return f"at scale `{scale}`, {', '.join(one)} train(s) one epoch, where annealed sampling is proportional sampling (annealing is not tested)"
     return ""
 
-PAPER_SETTING = ("bert-base-uncased (Liu & Shen (000)'s Sentence-BERT rows too: bert-base with Sentence-BERT's mean pooling and pair features), "
-                 "Quora's 141,506 training pairs, the paper's own epochs")
-
+# %% ../nbs/16d_verdicts.ipynb #859e82ba
 def _train_rows(m:dict) -> dict:
     return {k[:-len("_train_rows")]: v for k, v in train_files(m).items() if k.endswith("_train_rows")}
 
@@ -160,6 +160,11 @@ def _counted_runs(info:dict) -> tuple:
             runs += fresh; stale += len(row_runs(t, row, rows_of)) - len(fresh)
     return runs, stale
 
+def _checked(info:dict|None) -> str|None:
+    "The scale a table folder's runs are checked against for staleness (`is_stale`): none for a folder of earlier settings, read as it ran"
+    return None if (info or {}).get("earlier") else (info or {}).get("scale")
+
+# %% ../nbs/16d_verdicts.ipynb #ae864eb3
 def run_compute(runs) -> dict:
     """What run folders `runs` cost: how many `trained`, how many `copied` from a twin row's run (`twin_run`), how many `other`
     (ensembles combined from their members' predictions, models scored untrained: no training), and the `hours` of process
@@ -183,6 +188,7 @@ def _cost(runs) -> str:
                    + ([f"{c['copied']} copied from a twin row's run"] if c["copied"] else [])
                    + ([f"{c['other']} not trained (ensembles, untrained scores)"] if c["other"] else []))
 
+# %% ../nbs/16d_verdicts.ipynb #f8926723
 def _budget(steps) -> str:
     "Training budgets `steps`, a set of (epochs, steps per epoch, batch size, tokens), as text: the epochs of one step size together"
     by = {}
@@ -190,6 +196,10 @@ def _budget(steps) -> str:
     def epochs(es):
         es = sorted(es); return str(es[0]) if len(es) == 1 else f"{', '.join(map(str, es[:-1]))} or {es[-1]} epochs"
     return ", ".join(f"{epochs(es)} × {s or 'all'} steps of {b}, {n} tokens" for (s, b, n), es in sorted(by.items(), key=lambda kv: (-max(kv[1]), -kv[0][0], kv[0])))
+
+# %% ../nbs/16d_verdicts.ipynb #d5768ef4
+PAPER_SETTING = ("bert-base-uncased (Liu & Shen (000)'s Sentence-BERT rows too: bert-base with Sentence-BERT's mean pooling and pair features), "
+                 "Quora's 141,506 training pairs, the paper's own epochs")
 
 def table_setting(info:dict|None) -> str:
     """What a table folder's runs trained on, read from their config.json and metrics.json: backbone, training rows per task,
@@ -213,10 +223,7 @@ def table_setting(info:dict|None) -> str:
                                    ", ".join(hw), _n(len(runs), "run") + _cost(runs) + (f" ({stale} more trained a configuration the registry has since corrected: "
                                                                           "not counted)" if stale else ""))))
 
-def _checked(info:dict|None) -> str|None:
-    "The scale a table folder's runs are checked against for staleness (`is_stale`): none for a folder of earlier settings, read as it ran"
-    return None if (info or {}).get("earlier") else (info or {}).get("scale")
-
+# %% ../nbs/16d_verdicts.ipynb #bf33cbfe
 def _stale_note(c:Claim, info:dict|None) -> str:
     t = TABLES[c.table]
     if (info or {}).get("earlier"): return ""
@@ -238,6 +245,7 @@ def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
     return out + (f"; first, the finished members of {', '.join(lost)} that lost their dev predictions train again (`minbert_ablate --plan` "
                   "names them)" if lost else "")
 
+# %% ../nbs/16d_verdicts.ipynb #cdeb565b
 def _f(v, percent:bool=False) -> str:
     "A difference as the report prints it: percentage points (Liu & Shen (000)) to 2 decimals, scores in [0, 1] to 4; '–' for none"
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:+.{2 if percent else 4}f}"
@@ -259,6 +267,7 @@ def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
         ar += ra; br += rb; where.append((s, _seed_device(ra + rb)))
     return diffs, ar, br, where
 
+# %% ../nbs/16d_verdicts.ipynb #7d020c58
 def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
     """Where a claim's seeds trained on more than one device (each seed's rows on one): its difference, interval and verdict read
     on each device's seeds alone, as the report prints them, and those verdicts (('', '') when one device holds every seed)"""
@@ -271,6 +280,7 @@ def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
         text.append(f"{dev or 'device not recorded'} (seeds {seeds}): {_f(m, percent)} [{_f(lo, percent)}, {_f(hi, percent)}], {v}")
     return "; ".join(text), ";".join(verdicts)
 
+# %% ../nbs/16d_verdicts.ipynb #2bf81ddd
 def member_pairs(c:Claim) -> list:
     """The pairs of rows behind claim `c`'s averages, each read on its own: A's and B's rows in order where the sides are as long
     (a module in each of four groups, a dropout value at two weights), else each row of the longer side against the other's one
@@ -289,6 +299,7 @@ def member_text(c:Claim, t:PaperTable, info:dict|None) -> str:
         out.append(f"{a} − {b}: {_f(m, t.percent)} [{_f(lo, t.percent)}, {_f(hi, t.percent)}] (paper {_f(one.paper_diff, t.percent)})")
     return "; ".join(out)
 
+# %% ../nbs/16d_verdicts.ipynb #03d29413
 def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already"""
@@ -316,12 +327,7 @@ def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.Data
     setting = {t: table_setting(pick_folder(found.get(t, []), scale)) for t in dict.fromkeys(c.table for c in claims.values())}
     return pd.DataFrame([judge(c, found, root, scale, setting[c.table]) for c in claims.values()])
 
-# %% ../nbs/16d_verdicts.ipynb #a9e0c002
-EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
-EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
-           "batches of 32) where the row now keeps its paper's: re-run pending")
-HOLM_ALPHA = 0.05
-
+# %% ../nbs/16d_verdicts.ipynb #b5a75993
 def p_value(diffs) -> float:
     "Two-sided p-value of the paired t-test that the mean of `diffs` is 0 (nan with fewer than 2; 0 or 1 when they do not vary)"
     d = np.asarray(diffs, float)
@@ -336,6 +342,7 @@ def agreement(paper:float, lo:float, hi:float, sign:int) -> str:
     if lo <= paper <= hi: return "agrees in size"
     return "smaller" if sign * paper > max(sign * lo, sign * hi) else "larger"
 
+# %% ../nbs/16d_verdicts.ipynb #260045ce
 def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
     """Two one-sided t-tests (TOST) that the mean of `diffs` lies within ±`margin`: 'equivalent' when both reject at `alpha`
     (the 1 − 2·alpha interval inside the margins), with that interval; '' for a claim without a margin"""
@@ -347,6 +354,9 @@ def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
     else: p = float(max(stats.t.sf((m + margin) / se, n - 1), stats.t.cdf((m - margin) / se, n - 1)))
     h = float(stats.t.ppf(1 - alpha, n - 1) * se)
     return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
+
+# %% ../nbs/16d_verdicts.ipynb #bcfdd7ed
+HOLM_ALPHA = 0.05
 
 def holm(p_values, alpha:float=HOLM_ALPHA) -> list:
     "Holm's step-down procedure: whether each p-value (nan: not tested) rejects at family-wise `alpha` over the tested ones"
@@ -365,6 +375,9 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100) -> float:
     if sd == 0: return float(len(d))
     return float(next((n for n in range(2, cap + 1) if stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) < m), cap + 1))
 
+# %% ../nbs/16d_verdicts.ipynb #ff3f62e2
+EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
+
 def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
     claims = claims or CLAIMS
@@ -378,6 +391,10 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     df["seeds_needed"] = [seeds_needed(d) if v == "inconclusive" else math.nan for d, v in zip(df["diffs"], df["verdict"])]
     df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
     return df
+
+# %% ../nbs/16d_verdicts.ipynb #8e14f4b5
+EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
+           "batches of 32) where the row now keeps its paper's: re-run pending")
 
 def earlier_folders(earlier) -> dict:
     "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
@@ -396,7 +413,7 @@ def verdicts_frame(results, root=".", scale:str|None=None, earlier=None, claims=
             if old["seeds"] > df.at[i, "seeds"]: df.loc[i, list(old)] = pd.Series(old)
     return with_readings(df, claims)
 
-# %% ../nbs/16d_verdicts.ipynb #d262bb5a
+# %% ../nbs/16d_verdicts.ipynb #ac7470fa
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
     """Every claim of `table` on one line: each seed's A − B as a point, their mean with its 95% interval, and the paper's
     difference as a diamond; the verdict (and Holm's, where it differs) at the right; `key` goes into the PNG's Comment"""
@@ -426,6 +443,7 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110, metadata={"Comment": key} if key else None); plt.close(fig)
     return Path(path)
 
+# %% ../nbs/16d_verdicts.ipynb #c31b1016
 def compute_text(runs) -> str:
     "One line on what run folders `runs` cost (`run_compute`), for the top of the report"
     c = run_compute(runs)
@@ -435,6 +453,7 @@ def compute_text(runs) -> str:
             f"runs made side by side each count their own wall time), {c['copied']} more copied from a twin row's run"
             + (f", {c['other']} not trained (ensembles of members' predictions, untrained scores)" if c["other"] else ""))
 
+# %% ../nbs/16d_verdicts.ipynb #24571849
 def selection_text(df:pd.DataFrame) -> str:
     "The report's paragraph on selection on dev: how many verdicts hold when every run is read at its last epoch, and which change"
     run = df[df["verdict"] != "not run"]; read = run[run["last_seeds"] > 0]
@@ -447,6 +466,7 @@ def selection_text(df:pd.DataFrame) -> str:
             + (f". {_n(len(run) - len(read), 'claim')} cannot be read so: ensembles (their members' predictions are best-epoch ones) and scores of "
                "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else "."))
 
+# %% ../nbs/16d_verdicts.ipynb #5a8507cd
 def device_text(df:pd.DataFrame) -> str:
     """The report's paragraph on devices, where claims rest on seeds trained on more than one (each seed's rows on one device, never
     mixed): how many keep their verdict when each device's seeds are read alone, and every reading of those that do not ('' if none)"""
@@ -459,6 +479,7 @@ def device_text(df:pd.DataFrame) -> str:
             f"{sum(kept)} of the {len(multi)} keep their verdict on every device"
             + "".join(f"; {r.claim} ({r.verdict} over all {r.seeds} seeds): {r.by_device}" for r, k in zip(multi.itertuples(), kept) if not k) + ".")
 
+# %% ../nbs/16d_verdicts.ipynb #1167133f
 def _run_budget(run) -> tuple|None:
     "(training examples, optimizer updates) of run folder `run` from its config.json (None for an ensemble or a run without one)"
     f = Path(run)/"config.json"
@@ -481,6 +502,7 @@ def budget_text(r, root=".") -> str:
     a, b = side(r.a_runs, r.a_rows), side(r.b_runs, r.b_rows)
     return f"A {a}; B {b}" if a and b else ""
 
+# %% ../nbs/16d_verdicts.ipynb #e39500f2
 def _short_differs(c:Claim) -> str: return ", ".join(c.differs)
 
 def summary_table(df:pd.DataFrame) -> list:
@@ -495,6 +517,7 @@ def summary_table(df:pd.DataFrame) -> list:
                    f"{_short_differs(CLAIMS[r.claim]) or '–'} |")
     return out
 
+# %% ../nbs/16d_verdicts.ipynb #24a9fce4
 def readings_text(df:pd.DataFrame) -> str:
     "The report's paragraph on the readings beside the sign verdicts: Holm's counts, agreement in size, equivalence, power"
     if "holm_verdict" not in df: return ""
@@ -510,6 +533,36 @@ def readings_text(df:pd.DataFrame) -> str:
             + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
 
+# %% ../nbs/16d_verdicts.ipynb #594a6da2
+def _claim_lines(r, p:bool, root=".") -> list:
+    "One claim's section of report.md (claim line `r`, a table's units `p`): verdict, claim, rows, difference, each reading and its runs"
+    few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
+    out = [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
+           f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
+           f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
+           + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
+    if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
+    if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
+    if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
+        out.append(f"- after Holm's correction over the registry: {r.holm_verdict} (paired t-test p = {r.p_value:.3g})")
+    if r.get("equivalence"): out.append(f"- equivalence (a claim of no effect): {r.equivalence}")
+    if r.get("members"): out.append(f"- each pair of rows on its own: {r.members}")
+    if isinstance(r.get("seeds_needed"), float) and not math.isnan(r.seeds_needed):
+        out.append(f"- power: at this spread an interval would exclude zero from {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'} seeds")
+    if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
+    if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
+                                                       "only its best epoch was scored)")
+    elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
+                                         f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
+    if r.get("by_device"): out.append(f"- by device, each on its own seeds: {r.by_device}")
+    if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
+    if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
+    if r.note: out.append(f"- note: {r.note}")
+    if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")
+    out.append("")
+    return out
+
+# %% ../nbs/16d_verdicts.ipynb #585c4f50
 def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
     claim, then per table its figure and each claim with its evidence"""
@@ -529,36 +582,13 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
                 f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         p = TABLES[t].percent
-        for _, r in d.iterrows():
-            few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
-            out += [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
-                    f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
-                    f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
-                    + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
-            if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
-            if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
-            if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
-                out.append(f"- after Holm's correction over the registry: {r.holm_verdict} (paired t-test p = {r.p_value:.3g})")
-            if r.get("equivalence"): out.append(f"- equivalence (a claim of no effect): {r.equivalence}")
-            if r.get("members"): out.append(f"- each pair of rows on its own: {r.members}")
-            if isinstance(r.get("seeds_needed"), float) and not math.isnan(r.seeds_needed):
-                out.append(f"- power: at this spread an interval would exclude zero from {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'} seeds")
-            if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
-            if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
-                                                               "only its best epoch was scored)")
-            elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
-                                                 f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
-            if r.get("by_device"): out.append(f"- by device, each on its own seeds: {r.by_device}")
-            if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
-            if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
-            if r.note: out.append(f"- note: {r.note}")
-            if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")
-            out.append("")
+        for _, r in d.iterrows(): out += _claim_lines(r, p, root)
     rest = [t for t in TABLES.values() if t.id not in set(df["table"])]
     if rest: out += ["## Tables without a claim", ""] + [f"- {t.id}: {t.caption} Rows that cannot run here: "
                      + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
     return "\n".join(out)
 
+# %% ../nbs/16d_verdicts.ipynb #534cb480
 _PLOTTED = ("claim", "paper_diff", "ours_diff", "ci_low", "ci_high", "verdict", "holm_verdict", "settings", "seed_diffs")
 
 def _figure_key(path) -> str|None:
@@ -585,4 +615,3 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
     return df
-
