@@ -21,7 +21,7 @@ what Quarto would render; only the theme differs. The site works offline from an
   no page loads anything from the web;
 - figures stored as notebook outputs are written to figures/ and shown with <img>.
 """
-import html, json, os, re, shutil, subprocess, sys
+import html, json, os, re, shutil, subprocess, sys, urllib.parse
 from pathlib import Path
 
 import nbformat
@@ -239,6 +239,14 @@ def _warning_records(text):
         else: recs.append([line])
     return ["".join(r) for r in recs]
 
+def _shown(text):
+    "What a terminal shows of `text`: each line's carriage-return segments written over one another"
+    def line(l):
+        buf = ""
+        for seg in l.split("\r"): buf = seg + buf[len(seg):]
+        return buf
+    return "\n".join(line(l) for l in text.split("\n"))
+
 def tidy_outputs(nb, roots):
     "Scrub machine paths from every output; show each warning once per page (later repeats, in one block or another, are dropped)"
     seen = set()
@@ -257,7 +265,7 @@ def tidy_outputs(nb, roots):
                             seen.add(key)
                         out.append(r)
                     t = "".join(out)
-                    if not t.strip(): continue
+                    if not _shown(t).strip(): continue      # nothing left, or a progress bar that clears itself ("\r   \r")
                 o["text"] = t
             for k, v in list((o.get("data") or {}).items()):
                 if k.startswith("text/") or k == "application/json":
@@ -561,6 +569,26 @@ def enhance_page(body, page, nb_links, module_page, repo_url, views=None):
 
 SEARCH_PAGE = "search.html"
 
+def _fix_fragments(out, pages):
+    """Links to a section of a page (nbdev links every backticked name it knows) that has no such section: a method without an
+    entry of its own goes to its class's entry, a private name is left as code (it is taught where it is defined, not documented),
+    anything else goes to the page"""
+    out = Path(out)
+    ids = {p: set(re.findall(r'\bid="([^"]+)"', (out / p).read_text())) for p in pages}
+    def fix(m, page):
+        url = html.unescape(m.group(2)); target, frag = url.split("#", 1)
+        target = target or page
+        if target not in ids or {frag, urllib.parse.unquote(frag)} & ids[target]: return m.group(0)
+        name = frag.rsplit(".", 1)[-1]
+        if name.startswith("_"): return m.group(4)                                      # a private name: its code, no link
+        cls = frag.rsplit(".", 1)[0] if "." in frag else None
+        new = f"{m.group(2).split('#', 1)[0]}#{cls}" if cls in ids[target] else (m.group(2).split("#", 1)[0] or target)
+        return m.group(1) + html.escape(new, quote=True) + m.group(3) + m.group(4) + "</a>"
+    for p in pages:
+        f = out / p; text = f.read_text()
+        new = re.sub(r'(<a\b[^>]*?\bhref=")([^"#]*#[^"]+)("[^>]*>)(.*?)</a>', lambda m: fix(m, p), text, flags=re.S)
+        if new != text: f.write_text(new)
+
 def site(out=ROOT / "_site"):
     "Build the HTML site from nbs/ into `out`, in the sidebar's reading order (nbs/sidebar.yml); returns the pages written"
     out = Path(out); shutil.rmtree(out, ignore_errors=True); out.mkdir(parents=True)
@@ -619,6 +647,7 @@ def site(out=ROOT / "_site"):
         (out / e["page"]).write_text(body)
         search.append(dict(u=e["page"], t=(f'{e["num"]} · ' if e["num"] else "") + e["title"], d=e["desc"].replace("`", ""),
                            g=e["section"] or "", s=recs))
+    _fix_fragments(out, [e["page"] for e in entries])
     # the search page and its index (a script, so that search works from file:// too)
     idx = json.dumps(search, ensure_ascii=False, separators=(",", ":"))
     (out / "assets" / "search-index.js").write_text(f"window.MINBERT_SEARCH={idx};\n")
