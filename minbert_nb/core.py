@@ -11,6 +11,7 @@ from dataclasses import dataclass, asdict, fields
 from pathlib import Path
 import numpy as np
 import torch
+from fastcore.basics import patch
 import minbert_nb
 
 # %% auto #0
@@ -18,18 +19,7 @@ __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'se
            'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
            'arg_parser', 'add_arg', 'cli_parser', 'cli']
 
-# %% ../nbs/00_core.ipynb #7ae4e190
-# Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
-HF_METADATA_KEYS = {"architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "gradient_checkpointing",
-                    "classifier_dropout", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "output_past",
-                    "output_attentions", "output_hidden_states", "return_dict", "torchscript", "tie_word_embeddings",
-                    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class", "prefix",
-                    "task_specific_params", "chunk_size_feed_forward", "directionality", "pooler_fc_size",
-                    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}
-# Architecture switches that minBERT implements one way only: the values it accepts
-HF_FIXED_KEYS = {"model_type": ("bert",), "position_embedding_type": ("absolute",), "is_decoder": (False,),
-                 "add_cross_attention": (False,), "pruned_heads": ({},), "is_encoder_decoder": (False,)}
-
+# %% ../nbs/00_core.ipynb #83fef909
 @dataclass
 class BertConfig:
     "Hyper-parameters of a BERT encoder, with Hugging Face field names (defaults: bert-base-uncased)"
@@ -58,33 +48,46 @@ class BertConfig:
     @property
     def head_dim(self): return self.hidden_size // self.num_attention_heads
 
-    @classmethod
-    def from_dict(cls, d:dict, source:str="config", **overrides):
-        "Build from a dict such as a parsed `config.json`; refuse architectures minBERT does not implement (see below)"
-        names, d = {f.name for f in fields(cls)}, {**d, **overrides}
-        wrong = {k: d[k] for k, ok in HF_FIXED_KEYS.items() if k in d and d[k] not in ok}
-        if "embedding_size" in d and d["embedding_size"] != d.get("hidden_size", cls.hidden_size): wrong["embedding_size"] = d["embedding_size"]
-        if wrong:
-            what = "; ".join(f"{k}={v!r} (minBERT implements only {HF_FIXED_KEYS.get(k, ('hidden_size',))[0]!r})" for k, v in wrong.items())
-            raise ValueError(f"{source}: this checkpoint's architecture is not the one minBERT implements: {what}. "
-                             "Its weights would load into a different network; use a BERT checkpoint with absolute positions "
-                             "(e.g. bert-base-uncased or the embedded all-MiniLM-L6-v2), or its own model class in transformers.")
-        unknown = sorted(k for k in d if k not in names and k not in HF_METADATA_KEYS and k not in HF_FIXED_KEYS
-                         and k != "embedding_size" and not k.startswith("_"))
-        if unknown: warnings.warn(f"{source}: key(s) {unknown} are not used by minBERT; if they change the architecture, "
-                                  "the loaded model will not match the checkpoint.")
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    @classmethod
-    def from_json(cls, path, **overrides):
-        "Read a Hugging Face `config.json`"
-        path = Path(path)
-        try: d = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}). Expected a Hugging Face config.json.") from None
-        return cls.from_dict(d, source=str(path), **overrides)
-
     def to_dict(self): return asdict(self)
+
+# %% ../nbs/00_core.ipynb #573f6273
+# Keys of a Hugging Face config.json that describe the file or the training framework, not the network: ignored
+HF_METADATA_KEYS = {"architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "gradient_checkpointing",
+                    "classifier_dropout", "id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "output_past",
+                    "output_attentions", "output_hidden_states", "return_dict", "torchscript", "tie_word_embeddings",
+                    "bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id", "tokenizer_class", "prefix",
+                    "task_specific_params", "chunk_size_feed_forward", "directionality", "pooler_fc_size",
+                    "pooler_num_attention_heads", "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"}
+# Architecture switches that minBERT implements one way only: the values it accepts
+HF_FIXED_KEYS = {"model_type": ("bert",), "position_embedding_type": ("absolute",), "is_decoder": (False,),
+                 "add_cross_attention": (False,), "pruned_heads": ({},), "is_encoder_decoder": (False,)}
+
+@patch(cls_method=True)
+def from_dict(cls:BertConfig, d:dict, source:str="config", **overrides):
+    "Build from a dict such as a parsed `config.json`; refuse architectures minBERT does not implement (see below)"
+    names, d = {f.name for f in fields(cls)}, {**d, **overrides}
+    wrong = {k: d[k] for k, ok in HF_FIXED_KEYS.items() if k in d and d[k] not in ok}
+    if "embedding_size" in d and d["embedding_size"] != d.get("hidden_size", cls.hidden_size): wrong["embedding_size"] = d["embedding_size"]
+    if wrong:
+        what = "; ".join(f"{k}={v!r} (minBERT implements only {HF_FIXED_KEYS.get(k, ('hidden_size',))[0]!r})" for k, v in wrong.items())
+        raise ValueError(f"{source}: this checkpoint's architecture is not the one minBERT implements: {what}. "
+                         "Its weights would load into a different network; use a BERT checkpoint with absolute positions "
+                         "(e.g. bert-base-uncased or the embedded all-MiniLM-L6-v2), or its own model class in transformers.")
+    unknown = sorted(k for k in d if k not in names and k not in HF_METADATA_KEYS and k not in HF_FIXED_KEYS
+                     and k != "embedding_size" and not k.startswith("_"))
+    if unknown: warnings.warn(f"{source}: key(s) {unknown} are not used by minBERT; if they change the architecture, "
+                              "the loaded model will not match the checkpoint.")
+    return cls(**{k: v for k, v in d.items() if k in names})
+
+# %% ../nbs/00_core.ipynb #7af4a439
+@patch(cls_method=True)
+def from_json(cls:BertConfig, path, **overrides):
+    "Read a Hugging Face `config.json`"
+    path = Path(path)
+    try: d = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}). Expected a Hugging Face config.json.") from None
+    return cls.from_dict(d, source=str(path), **overrides)
 
 # %% ../nbs/00_core.ipynb #80b5eb22
 def tiny_config(**kw) -> BertConfig:
@@ -183,7 +186,7 @@ def stamp_run_figure(fig, path) -> str:
     cv = code_version()
     return stamp_figure(fig, run.name, cv.get("git"), cv.get("dirty", False))
 
-# %% ../nbs/00_core.ipynb #65d99f93
+# %% ../nbs/00_core.ipynb #7891d278
 def _to_bool(s) -> bool:
     if isinstance(s, bool): return s
     if str(s).lower() in ("1", "true", "yes", "on"): return True
@@ -198,6 +201,7 @@ def arg_parser(prog:str, description:str="") -> argparse.ArgumentParser:
     p._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-\d*\.?\d+[eE][-+]?\d+$")
     return p
 
+# %% ../nbs/00_core.ipynb #f82528bc
 _NONE = inspect.Parameter.empty
 
 def add_arg(p:argparse.ArgumentParser, name:str, default=_NONE, type=str, help:str|None=None, parse=None):
@@ -212,6 +216,7 @@ def add_arg(p:argparse.ArgumentParser, name:str, default=_NONE, type=str, help:s
                                         metavar="BOOL")
     return p.add_argument(*flags, dest=name, default=default, help=help, metavar=meta, **many)
 
+# %% ../nbs/00_core.ipynb #ecc6131f
 def cli_parser(func) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: one argument per parameter (`add_arg`), help from the parameters' comments"
     from fastcore.docments import docments
