@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['TARGETS', 'TARGET_HEADS', 'TARGET_LOSSES', 'TARGET_METRICS', 'FILE_SPLITS', 'SST_CLASSES', 'TASKS', 'CS224N_TASKS',
@@ -20,13 +21,14 @@ __all__ = ['TARGETS', 'TARGET_HEADS', 'TARGET_LOSSES', 'TARGET_METRICS', 'FILE_S
            'has_full_data', 'data_or_sample', 'read_task_file', 'file_name', 'spec_file', 'task_files', 'data_files',
            'load_split', 'labelled_rows', 'read_generic', 'sick_to_sts', 'read_sick', 'plain_or_gz', 'read_bytes']
 
-# %% ../nbs/04_data.ipynb #3648376d
+# %% ../nbs/04_data.ipynb #d28dccf9
 TARGETS = ("class", "binary", "score")   # k classes (softmax), two classes (one logit), or a number in a range
 TARGET_HEADS = {"class": ("softmax",), "binary": ("logit",), "score": ("regression", "cosine")}   # first: the default
 TARGET_LOSSES = {"class": ("cross_entropy",), "binary": ("bce",), "score": ("mse",)}
 TARGET_METRICS = {"class": ("acc", "f1"), "binary": ("acc", "f1"), "score": ("corr", "spearman")}   # first: the default primary
 FILE_SPLITS = ("train", "dev", "test")
 
+# %% ../nbs/04_data.ipynb #24bdfcd4
 @dataclass(frozen=True)
 class TaskSpec:
     """A task: its input (one sentence or a pair), its target (classes or a score), where its files are, how it is scored,
@@ -53,82 +55,108 @@ class TaskSpec:
     def __post_init__(self):
         where = f"task {self.name!r}" + (f" ({self.source})" if self.source else "")
         def bad(field, got, expected): raise ValueError(f"{where}: {field}={got!r}; expected {expected}.")
-        if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
-            bad("name", self.name, "lower-case letters, digits and _ (it becomes part of file names and metric keys)")
-        if self.kind not in ("single", "pair"): bad("kind", self.kind, "'single' or 'pair'")
-        if self.target not in TARGETS: bad("target", self.target, f"one of {', '.join(TARGETS)}")
-        classes = self.classes
-        if self.target == "score":
-            if classes is not None: bad("classes", classes, "none for a score target (give score_range)")
-            lo, hi = (tuple(self.score_range) + (None, None))[:2]
-            if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)) or not lo < hi or len(self.score_range) != 2:
-                bad("score_range", self.score_range, "two numbers [low, high] with low < high")
-            object.__setattr__(self, "score_range", (float(lo), float(hi)))
-        else:
-            if isinstance(classes, int) and not isinstance(classes, bool): classes = tuple(str(i) for i in range(classes))
-            if classes is None or isinstance(classes, str) or len(classes) < 2 or len(set(map(str, classes))) != len(classes):
-                bad("classes", self.classes, "a list of at least two distinct class names (or their number)")
-            if self.target == "binary" and len(classes) != 2: bad("classes", self.classes, "exactly two classes for a binary target")
-            object.__setattr__(self, "classes", tuple(str(c) for c in classes))
-        m = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics or TARGET_METRICS[self.target][:1])
-        if bad_m := [x for x in m if x not in TARGET_METRICS[self.target]]: bad("metrics", list(m), f"some of {list(TARGET_METRICS[self.target])} for a {self.target} target")
-        object.__setattr__(self, "metrics", m)
-        if self.head is not None:
-            if self.head not in TARGET_HEADS[self.target]: bad("head", self.head, f"one of {list(TARGET_HEADS[self.target])} for a {self.target} target")
-            if self.head == "cosine" and self.kind != "pair": bad("head", self.head, "a pair task: the cosine compares two sentence vectors")
-        if self.loss is not None and self.loss not in TARGET_LOSSES[self.target]: bad("loss", self.loss, f"one of {list(TARGET_LOSSES[self.target])} for a {self.target} target")
-        if self.pair_mode is not None and (self.kind != "pair" or self.pair_mode not in ("bi", "cross")):
-            bad("pair_mode", self.pair_mode, "'bi' or 'cross', on a pair task")
-        if self.prior_shift and self.target != "binary": bad("prior_shift", True, "a binary target (it shifts the one logit)")
-        if self.files is not None:
-            if unknown := [s for s in self.files if s not in FILE_SPLITS]: bad("files", unknown[0], f"splits among {list(FILE_SPLITS)}")
-            if "train" not in self.files and "dev" not in self.files: bad("files", dict(self.files), "at least a train or a dev file")
-            object.__setattr__(self, "files", {s: str(p) for s, p in self.files.items()})
-        cols = dict(self.columns or {})
-        allowed = ["id", *self.text_cols, "label"]
-        if unknown := [k for k in cols if k not in allowed]: bad("columns", unknown[0], f"keys among {allowed} (ours -> the file's)")
-        object.__setattr__(self, "columns", {c: cols.get(c, c) for c in allowed if c != "id" or c in cols} if self.files is not None else (cols or None))
+        self._check_kind(bad); self._check_choices(bad); self._check_files(bad)   # in this order; the first wrong field raises
 
     def __hash__(self): return hash((self.name, self.kind, self.target))   # its `files` and `columns` are dicts
-    @property
-    def is_pair(self) -> bool: return self.kind == "pair"
-    @property
-    def text_cols(self) -> list: return ["sentence1", "sentence2"] if self.is_pair else ["sentence1"]
-    @property
-    def file_text_cols(self) -> list: return ["sentence1", "sentence2"] if self.is_pair else ["sentence"]
-    @property
-    def label_dtype(self) -> str: return "float" if self.target == "score" else "int"
-    @property
-    def low(self) -> float: return self.score_range[0] if self.target == "score" else 0
-    @property
-    def high(self) -> float: return self.score_range[1] if self.target == "score" else len(self.classes) - 1
-    @property
-    def num_labels(self) -> int: return len(self.classes) if self.target == "class" else 1
-    @property
-    def metric(self) -> str: return self.metrics[0]
-    @property
-    def metric_key(self) -> str: return f"{self.name}_{self.metric}"
-    @property
-    def metric_keys(self) -> list: return [f"{self.name}_{m}" for m in self.metrics]
-    @property
-    def loss_name(self) -> str: return self.loss or TARGET_LOSSES[self.target][0]
-    def head_of(self, score_head:str="features") -> str:
-        "The head: the spec's, else the target's default; a pair score takes the model config's `sts_head` (`features` = regression)"
-        if self.head is not None: return self.head
-        if self.target == "score" and self.is_pair: return "cosine" if score_head == "cosine" else "regression"
-        return TARGET_HEADS[self.target][0]
-    @property
-    def label_desc(self) -> str:
-        if self.label_dtype == "float": return f"a number from {self.low:g} to {self.high:g}"
-        if self.classes != tuple(str(i) for i in range(len(self.classes))):
-            return f"one of the classes {', '.join(self.classes)} (or its index 0..{len(self.classes) - 1})"
-        return f"a whole number from {self.low:g} to {self.high:g} (written like 3 or 3.0)"
-    def as_dict(self) -> dict:
-        "The fields that differ from the defaults: what a task file or a saved run's config holds"
-        from dataclasses import fields
-        out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default and f.name != "source"}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
+# %% ../nbs/04_data.ipynb #61cd9135
+@patch
+def _check_kind(self:TaskSpec, bad):
+    "What the task is: a valid name, one sentence or a pair, a known target, and its classes (as names) or its score range (as floats)"
+    if not isinstance(self.name, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+        bad("name", self.name, "lower-case letters, digits and _ (it becomes part of file names and metric keys)")
+    if self.kind not in ("single", "pair"): bad("kind", self.kind, "'single' or 'pair'")
+    if self.target not in TARGETS: bad("target", self.target, f"one of {', '.join(TARGETS)}")
+    classes = self.classes
+    if self.target == "score":
+        if classes is not None: bad("classes", classes, "none for a score target (give score_range)")
+        lo, hi = (tuple(self.score_range) + (None, None))[:2]
+        if not all(isinstance(x, (int, float)) and math.isfinite(x) for x in (lo, hi)) or not lo < hi or len(self.score_range) != 2:
+            bad("score_range", self.score_range, "two numbers [low, high] with low < high")
+        object.__setattr__(self, "score_range", (float(lo), float(hi)))
+    else:
+        if isinstance(classes, int) and not isinstance(classes, bool): classes = tuple(str(i) for i in range(classes))
+        if classes is None or isinstance(classes, str) or len(classes) < 2 or len(set(map(str, classes))) != len(classes):
+            bad("classes", self.classes, "a list of at least two distinct class names (or their number)")
+        if self.target == "binary" and len(classes) != 2: bad("classes", self.classes, "exactly two classes for a binary target")
+        object.__setattr__(self, "classes", tuple(str(c) for c in classes))
+
+# %% ../nbs/04_data.ipynb #151d1f6c
+@patch
+def _check_choices(self:TaskSpec, bad):
+    "How the task is scored and modelled: metrics (default: the primary), head, loss, pair mode and prior shift that fit its target"
+    m = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics or TARGET_METRICS[self.target][:1])
+    if bad_m := [x for x in m if x not in TARGET_METRICS[self.target]]: bad("metrics", list(m), f"some of {list(TARGET_METRICS[self.target])} for a {self.target} target")
+    object.__setattr__(self, "metrics", m)
+    if self.head is not None:
+        if self.head not in TARGET_HEADS[self.target]: bad("head", self.head, f"one of {list(TARGET_HEADS[self.target])} for a {self.target} target")
+        if self.head == "cosine" and self.kind != "pair": bad("head", self.head, "a pair task: the cosine compares two sentence vectors")
+    if self.loss is not None and self.loss not in TARGET_LOSSES[self.target]: bad("loss", self.loss, f"one of {list(TARGET_LOSSES[self.target])} for a {self.target} target")
+    if self.pair_mode is not None and (self.kind != "pair" or self.pair_mode not in ("bi", "cross")):
+        bad("pair_mode", self.pair_mode, "'bi' or 'cross', on a pair task")
+    if self.prior_shift and self.target != "binary": bad("prior_shift", True, "a binary target (it shifts the one logit)")
+
+# %% ../nbs/04_data.ipynb #09e4a16b
+@patch(as_prop=True)
+def is_pair(self:TaskSpec) -> bool: return self.kind == "pair"
+@patch(as_prop=True)
+def text_cols(self:TaskSpec) -> list: return ["sentence1", "sentence2"] if self.is_pair else ["sentence1"]
+@patch(as_prop=True)
+def file_text_cols(self:TaskSpec) -> list: return ["sentence1", "sentence2"] if self.is_pair else ["sentence"]
+
+@patch
+def _check_files(self:TaskSpec, bad):
+    "A task's own files (a train or a dev file, splits among `FILE_SPLITS`) and its columns, ours -> the file's"
+    if self.files is not None:
+        if unknown := [s for s in self.files if s not in FILE_SPLITS]: bad("files", unknown[0], f"splits among {list(FILE_SPLITS)}")
+        if "train" not in self.files and "dev" not in self.files: bad("files", dict(self.files), "at least a train or a dev file")
+        object.__setattr__(self, "files", {s: str(p) for s, p in self.files.items()})
+    cols = dict(self.columns or {})
+    allowed = ["id", *self.text_cols, "label"]
+    if unknown := [k for k in cols if k not in allowed]: bad("columns", unknown[0], f"keys among {allowed} (ours -> the file's)")
+    object.__setattr__(self, "columns", {c: cols.get(c, c) for c in allowed if c != "id" or c in cols} if self.files is not None else (cols or None))
+
+# %% ../nbs/04_data.ipynb #a7423298
+@patch(as_prop=True)
+def label_dtype(self:TaskSpec) -> str: return "float" if self.target == "score" else "int"
+@patch(as_prop=True)
+def low(self:TaskSpec) -> float: return self.score_range[0] if self.target == "score" else 0
+@patch(as_prop=True)
+def high(self:TaskSpec) -> float: return self.score_range[1] if self.target == "score" else len(self.classes) - 1
+@patch(as_prop=True)
+def num_labels(self:TaskSpec) -> int: return len(self.classes) if self.target == "class" else 1
+@patch(as_prop=True)
+def label_desc(self:TaskSpec) -> str:
+    if self.label_dtype == "float": return f"a number from {self.low:g} to {self.high:g}"
+    if self.classes != tuple(str(i) for i in range(len(self.classes))):
+        return f"one of the classes {', '.join(self.classes)} (or its index 0..{len(self.classes) - 1})"
+    return f"a whole number from {self.low:g} to {self.high:g} (written like 3 or 3.0)"
+
+# %% ../nbs/04_data.ipynb #0a305105
+@patch(as_prop=True)
+def metric(self:TaskSpec) -> str: return self.metrics[0]
+@patch(as_prop=True)
+def metric_key(self:TaskSpec) -> str: return f"{self.name}_{self.metric}"
+@patch(as_prop=True)
+def metric_keys(self:TaskSpec) -> list: return [f"{self.name}_{m}" for m in self.metrics]
+@patch(as_prop=True)
+def loss_name(self:TaskSpec) -> str: return self.loss or TARGET_LOSSES[self.target][0]
+
+@patch
+def head_of(self:TaskSpec, score_head:str="features") -> str:
+    "The head: the spec's, else the target's default; a pair score takes the model config's `sts_head` (`features` = regression)"
+    if self.head is not None: return self.head
+    if self.target == "score" and self.is_pair: return "cosine" if score_head == "cosine" else "regression"
+    return TARGET_HEADS[self.target][0]
+
+@patch
+def as_dict(self:TaskSpec) -> dict:
+    "The fields that differ from the defaults: what a task file or a saved run's config holds"
+    from dataclasses import fields
+    out = {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default and f.name != "source"}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+# %% ../nbs/04_data.ipynb #933ed20e
 SST_CLASSES = ("very negative", "negative", "neutral", "positive", "very positive")
 TASKS = {t.name: t for t in [
     TaskSpec("sst", "single", "class", SST_CLASSES, label_col="sentiment", pred_header="Predicted_Sentiment"),      # SST-5
@@ -150,6 +178,7 @@ _BUILT_IN = tuple(TASKS)
 AS_BEFORE = ("sst", "cfimdb", "para", "sts")   # the tasks whose runs report what they always did (no mean_primary): saved runs stay comparable
 MEAN_KEY = "mean_primary"               # a run with other tasks: the mean of each task's primary metric
 
+# %% ../nbs/04_data.ipynb #55379236
 def get_task(task) -> TaskSpec:
     "The `TaskSpec` of `task` (a name or a `TaskSpec`)"
     if isinstance(task, TaskSpec): return task
@@ -180,7 +209,6 @@ def unregister_task(name:str):
         for k in spec.metric_keys:
             if k in SCORE_KEYS: SCORE_KEYS.remove(k)
 
-
 # %% ../nbs/04_data.ipynb #09fc61be
 class DataError(ValueError):
     "A data file that cannot be read as a task's data; the message names file, line, reason, expectation and fix"
@@ -192,7 +220,7 @@ class DataError(ValueError):
         super().__init__(msg if msg.endswith(".") else msg + ".")
     def __reduce__(self): return (DataError, (self.path, self.line, self.reason, self.expected, self.fix))
 
-# %% ../nbs/04_data.ipynb #b0a00aa2
+# %% ../nbs/04_data.ipynb #b25c5492
 def _repo_root() -> Path:
     import minbert_nb
     return Path(minbert_nb.__file__).resolve().parent.parent
@@ -212,6 +240,7 @@ def find_data_dir(data_dir=None) -> Path:
         if (p/"cs224n").is_dir() or (p/"extra").is_dir(): return p.resolve()
     raise FileNotFoundError("no data folder found. Tried: " + ", ".join(str(p.resolve()) for p in tried) + f". To fix: {_HOW_TO_GET}.")
 
+# %% ../nbs/04_data.ipynb #2b80b540
 def sample_data_dir() -> Path|None:
     "The committed sample of every data file (`tests/sample_data` in a checkout of the repository), or None outside one"
     p = _repo_root()/"tests"/"sample_data"
@@ -233,7 +262,7 @@ def data_or_sample(data_dir=None, verbose:bool=True) -> Path:
     if verbose: print(f"full data not found: using the sample in {s} (a few hundred rows per file; checks that need the full files are skipped)")
     return s
 
-# %% ../nbs/04_data.ipynb #f984f950
+# %% ../nbs/04_data.ipynb #f7b06e08
 _NOT_UTF8 = re.compile("[\udc80-\udcff]")   # what `surrogateescape` turns undecodable bytes into
 _ROW_FIX = "fix or delete that row, or pass skip_bad_rows=True (--skip-bad-rows) to skip such rows and count them"
 
@@ -252,6 +281,7 @@ def _header(path, recs) -> list:
         raise DataError(path, 1, "the header has bytes that are not UTF-8", "UTF-8 text", "re-save the file as UTF-8")
     return header
 
+# %% ../nbs/04_data.ipynb #7208e344
 def _longest_line(text:str) -> int:
     "Length of the longest line of `text`, in characters"
     longest, start = 0, 0
@@ -297,7 +327,50 @@ def _parse_label(raw:str, spec:TaskSpec, transform:Callable|None=None):
     if not spec.low <= v <= spec.high: raise _BadRow(f"label {shown} is outside {spec.low:g}..{spec.high:g} for task {spec.name}", spec.label_desc)
     return v
 
-# %% ../nbs/04_data.ipynb #187cad2f
+# %% ../nbs/04_data.ipynb #c3d8e7cb
+def _row_fields(f:list, ncols:int, layout:str):
+    "Check a record's number of fields and that every field is UTF-8; raises `_BadRow`"
+    if len(f) != ncols:
+        hint = ("a tab inside a sentence, or a missing quote" if len(f) > ncols else
+                "a missing field, or a double quote that opened a field and swallowed the separators after it")
+        raise _BadRow(f"{len(f)} fields but the header has {ncols} ({hint})", layout)
+    for j, v in enumerate(f):
+        if m := _NOT_UTF8.search(v):
+            raise _BadRow(f"byte 0x{ord(m.group()) - 0xDC00:02X} in field {j+1} is not UTF-8", "UTF-8 text",
+                          "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 OLD > NEW`)")
+
+def _row_values(f:list, spec:TaskSpec, text_idx:list, label_idx:int|None, allow_missing_labels:bool, label_transform) -> tuple:
+    "`(label, texts, note)` of a record: its label (None when missing), its stripped sentences, and why a kept row is incomplete"
+    label, note = None, []
+    if label_idx is not None:
+        raw = f[label_idx].strip()
+        if raw: label = _parse_label(raw, spec, label_transform)
+        elif allow_missing_labels: note.append("no label")
+        else: raise _BadRow("no label (the label field is empty)", spec.label_desc)
+    texts = [f[j].strip() for j in text_idx]
+    for c, t in zip(spec.text_cols, texts):
+        if t.startswith('"') and note: note.append(f"{c} starts with a stray double quote (broken quoting in the source)")
+        if t: continue
+        if note: note.append(f"{c} is empty")           # already a broken row kept only for prediction
+        else: raise _BadRow(f"empty {c}", "a non-empty sentence")
+    return label, texts, note
+
+# %% ../nbs/04_data.ipynb #d344e6b8
+def _rows_frame(path, spec:TaskSpec, cols:dict, labels:list|None, skipped:list, unlabelled:list) -> pd.DataFrame:
+    "The rows that passed as a frame: the label in its task's dtype (`labels=None`: no label column), and in `attrs` (and a warning) what was skipped or kept without a label"
+    df = pd.DataFrame(cols)
+    if labels is not None:
+        if spec.label_dtype == "float": df["label"] = np.array([np.nan if l is None else l for l in labels], dtype=np.float32)
+        elif unlabelled: df["label"] = pd.array(labels, dtype="Int64")  # nullable: the missing labels stay visible as <NA>
+        else: df["label"] = np.array(labels, dtype=np.int64)
+    df.attrs.update(path=str(path), task=spec.name, skipped=len(skipped), skipped_rows=skipped, unlabelled_rows=unlabelled)
+    if skipped: warnings.warn(f"{path}: skipped {len(skipped)} bad row(s) (skip_bad_rows=True); first: line {skipped[0]['line']}: "
+                              f"{skipped[0]['reason']}. All are listed in df.attrs['skipped_rows'].")
+    if unlabelled: warnings.warn(f"{path}: {len(unlabelled)} row(s) without a label kept with a missing label (lines "
+                                 f"{', '.join(str(u['line']) for u in unlabelled[:5])}); they get predictions but are not scored.")
+    return df
+
+# %% ../nbs/04_data.ipynb #d51df8bf
 def _parse_rows(path, spec:TaskSpec, records, ncols:int, id_idx:int|None, text_idx:list, label_idx:int|None,
                 layout:str, skip_bad_rows=False, allow_missing_labels=False, label_transform=None, id_prefix="") -> pd.DataFrame:
     "Check every record against `spec` and build the output frame (id, sentence1[, sentence2][, label])"
@@ -307,29 +380,11 @@ def _parse_rows(path, spec:TaskSpec, records, ncols:int, id_idx:int|None, text_i
         if not f: continue                                     # a blank line holds no data
         rid = None
         try:
-            if len(f) != ncols:
-                hint = ("a tab inside a sentence, or a missing quote" if len(f) > ncols else
-                        "a missing field, or a double quote that opened a field and swallowed the separators after it")
-                raise _BadRow(f"{len(f)} fields but the header has {ncols} ({hint})", layout)
-            for j, v in enumerate(f):
-                if m := _NOT_UTF8.search(v):
-                    raise _BadRow(f"byte 0x{ord(m.group()) - 0xDC00:02X} in field {j+1} is not UTF-8", "UTF-8 text",
-                                  "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 OLD > NEW`)")
+            _row_fields(f, ncols, layout)
             rid = f"{id_prefix}{f[id_idx].strip()}" if id_idx is not None else f"{id_prefix}{Path(path).stem}:{line}"
             if id_idx is not None and not f[id_idx].strip(): raise _BadRow("empty id", "a unique id in every row")
             if rid in seen: raise _BadRow(f"duplicate id {rid!r} (first on line {seen[rid]})", "a unique id in every row")
-            label, note = None, []
-            if label_idx is not None:
-                raw = f[label_idx].strip()
-                if raw: label = _parse_label(raw, spec, label_transform)
-                elif allow_missing_labels: note.append("no label")
-                else: raise _BadRow("no label (the label field is empty)", spec.label_desc)
-            texts = [f[j].strip() for j in text_idx]
-            for c, t in zip(spec.text_cols, texts):
-                if t.startswith('"') and note: note.append(f"{c} starts with a stray double quote (broken quoting in the source)")
-                if t: continue
-                if note: note.append(f"{c} is empty")           # already a broken row kept only for prediction
-                else: raise _BadRow(f"empty {c}", "a non-empty sentence")
+            label, texts, note = _row_values(f, spec, text_idx, label_idx, allow_missing_labels, label_transform)
         except _BadRow as e:
             if not skip_bad_rows: raise DataError(path, line, e.reason, e.expected, e.fix or _ROW_FIX) from None
             skipped.append(dict(line=line, id=rid, reason=e.reason)); continue
@@ -341,19 +396,9 @@ def _parse_rows(path, spec:TaskSpec, records, ncols:int, id_idx:int|None, text_i
     if not cols["id"]:
         if skipped: raise DataError(path, skipped[0]["line"], f"all {len(skipped)} data rows are bad (first: {skipped[0]['reason']})", layout)
         raise DataError(path, 2, "no data rows after the header", "at least one data row")
-    df = pd.DataFrame(cols)
-    if label_idx is not None:
-        if spec.label_dtype == "float": df["label"] = np.array([np.nan if l is None else l for l in labels], dtype=np.float32)
-        elif unlabelled: df["label"] = pd.array(labels, dtype="Int64")  # nullable: the missing labels stay visible as <NA>
-        else: df["label"] = np.array(labels, dtype=np.int64)
-    df.attrs.update(path=str(path), task=spec.name, skipped=len(skipped), skipped_rows=skipped, unlabelled_rows=unlabelled)
-    if skipped: warnings.warn(f"{path}: skipped {len(skipped)} bad row(s) (skip_bad_rows=True); first: line {skipped[0]['line']}: "
-                              f"{skipped[0]['reason']}. All are listed in df.attrs['skipped_rows'].")
-    if unlabelled: warnings.warn(f"{path}: {len(unlabelled)} row(s) without a label kept with a missing label (lines "
-                                 f"{', '.join(str(u['line']) for u in unlabelled[:5])}); they get predictions but are not scored.")
-    return df
+    return _rows_frame(path, spec, cols, labels if label_idx is not None else None, skipped, unlabelled)
 
-# %% ../nbs/04_data.ipynb #86a8491e
+# %% ../nbs/04_data.ipynb #476c3fa3
 def _is_index_name(name:str) -> bool: return name == "" or name.isdigit() or name.startswith("Unnamed:")
 
 def _layout(spec:TaskSpec, labelled:bool|None) -> str:
@@ -368,6 +413,7 @@ def _check_separator(path, header:list, sep:str, layout:str):
     reason = f"the header has no {name}" + (f" but has {found}: the file uses a different delimiter" if found else ", only one column")
     raise DataError(path, 1, reason, layout, f"save it {name}-separated, or read it with read_generic(path, task, columns, sep=...)")
 
+# %% ../nbs/04_data.ipynb #dd31a409
 def read_task_file(path, task, labelled:bool|None=None, skip_bad_rows:bool=False, allow_missing_labels:bool=False) -> pd.DataFrame:
     "Read and check a CS224N task file: columns `id`, `sentence1`[, `sentence2`][, `label`]; see `df.attrs`"
     spec, path = get_task(task), Path(path)
@@ -391,7 +437,7 @@ def read_task_file(path, task, labelled:bool|None=None, skip_bad_rows:bool=False
     return _parse_rows(path, spec, recs, len(header), names.index("id"), [names.index(c) for c in spec.file_text_cols],
                        names.index(spec.label_col) if labelled else None, layout, skip_bad_rows, allow_missing_labels)
 
-# %% ../nbs/04_data.ipynb #ba18f4e0
+# %% ../nbs/04_data.ipynb #fbcc92af
 SPLITS = ("train", "dev", "test")
 _STEMS = {"sst": "ids-sst-{}.csv", "cfimdb": "ids-cfimdb-{}.csv", "sts": "sts-{}.csv", "para": "quora-{}.csv"}
 
@@ -410,6 +456,7 @@ def spec_file(spec:TaskSpec, split:str, d=None) -> Path|None:
     root = Path(spec.root).expanduser() if spec.root is not None else Path(d).expanduser() if d is not None else find_data_dir()
     return root/p
 
+# %% ../nbs/04_data.ipynb #e4cf4511
 def task_files(d) -> dict:
     "Which file each task and split reads in data folder `d` (which need not exist yet): `{task: {split: Path or None}}`"
     d = Path(d).expanduser(); c = d/"cs224n"
@@ -424,7 +471,7 @@ def data_files(data_dir=None) -> dict:
     "Which file each task and split reads in the data folder (`find_data_dir`): `{task: {split: Path or None}}`"
     return task_files(find_data_dir(data_dir))
 
-# %% ../nbs/04_data.ipynb #80fd62e9
+# %% ../nbs/04_data.ipynb #c1dd80ab
 def load_split(task, split:str, data_dir=None, skip_bad_rows:bool=False) -> pd.DataFrame:
     "Read `split` ('train', 'dev' or 'test') of `task` from the data folder (see `data_files`)"
     spec = get_task(task)
@@ -446,6 +493,7 @@ def load_split(task, split:str, data_dir=None, skip_bad_rows:bool=False) -> pd.D
     df.attrs["split"] = split
     return df
 
+# %% ../nbs/04_data.ipynb #6aeea61b
 def _load_spec_split(spec:TaskSpec, split:str, d, skip_bad_rows:bool) -> pd.DataFrame:
     "`load_split` for a task with its own files (`spec.files`, read with `read_generic` and the spec's `columns`)"
     path = spec_file(spec, split, d)
@@ -477,7 +525,7 @@ def labelled_rows(df:pd.DataFrame) -> pd.DataFrame:
     out.attrs = {**df.attrs, "excluded": df.loc[~m, "id"].tolist()}
     return out
 
-# %% ../nbs/04_data.ipynb #59cace60
+# %% ../nbs/04_data.ipynb #36ccbb4e
 def _jsonl_records(text:str, path, names:list):
     "`(line, fields)` of a JSON Lines file: each line an object, the fields the values of `names` as text (missing: '')"
     for n, line in enumerate(text.split("\n"), start=1):
@@ -498,6 +546,7 @@ def _jsonl_names(text:str, path) -> list:
         if isinstance(obj, dict): names.update(dict.fromkeys(obj))
     return list(names)
 
+# %% ../nbs/04_data.ipynb #db35ace2
 def read_generic(path, task, columns:dict, sep:str|None=None, label_transform:Callable|None=None, skip_bad_rows:bool=False,
                  allow_missing_labels:bool=False, id_prefix:str="", labelled:bool|None=True) -> pd.DataFrame:
     """Read any CSV, TSV or JSON Lines file (`.jsonl`) as `task` data; `columns` maps ours (`id`, `sentence1`, `sentence2`,
