@@ -11,13 +11,32 @@ from functools import partial
 import numpy as np
 import pandas as pd
 import torch
+from fastcore.basics import patch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from .data import get_task
 
 # %% auto #0
 __all__ = ['IGNORE_INDEX', 'TaskDataset', 'collate', 'BucketBatchSampler', 'make_loader', 'padding_fraction']
 
-# %% ../nbs/04a_loaders.ipynb #ab4f7332
+# %% ../nbs/04a_loaders.ipynb #dab6fdaf
+def _tokenize(df:pd.DataFrame, spec, tokenizer, max_length:int, pair_mode:str, swap:bool) -> tuple:
+    "`(a, b, x, a_swap, x_swap)`: every row's `(input_ids, token_type_ids)` for each sequence `pair_mode` keeps (None for the others)"
+    enc = partial(tokenizer, truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True)
+    s1 = df["sentence1"].astype(str).tolist()
+    s2 = df["sentence2"].astype(str).tolist() if spec.is_pair else None
+    swapped = joint = None
+    if spec.is_pair and pair_mode != "bi":
+        joint = enc(s1, s2)                # [CLS] s1 [SEP] s2 [SEP]
+        if swap: swapped = enc(s2, s1)     # the other order, for pair_swap (see 06_multitask)
+    if spec.is_pair and pair_mode == "cross": s1, s2, two, joint = joint, None, False, None
+    else: s1, s2, two = enc(s1), (enc(s2) if spec.is_pair else None), spec.is_pair
+    rows = lambda e: list(zip(e["input_ids"], e["token_type_ids"])) if e is not None else None
+    # the other order belongs to the cross-encoder sequence: `a` in cross mode, `x` in both
+    swapped = rows(swapped)
+    a_swap, x_swap = (swapped, None) if pair_mode == "cross" else (None, swapped)
+    return rows(s1), rows(s2) if two else None, rows(joint), a_swap, x_swap
+
+# %% ../nbs/04a_loaders.ipynb #b0a119cb
 class TaskDataset(Dataset):
     "The rows of `df` for `task`, tokenized once; items are `dict(id, label, a[, b][, x])`"
     def __init__(self, df:pd.DataFrame, task, tokenizer, max_length:int=128, pair_mode:str="bi", swap:bool=False):
@@ -33,21 +52,8 @@ class TaskDataset(Dataset):
             cast = int if spec.label_dtype == "int" else float
             self.labels = [None if pd.isna(v) else cast(v) for v in df["label"].tolist()]
         else: self.labels = [None] * len(df)
-        enc = partial(tokenizer, truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True)
-        s1 = df["sentence1"].astype(str).tolist()
-        s2 = df["sentence2"].astype(str).tolist() if spec.is_pair else None
-        swapped = joint = None
-        if spec.is_pair and pair_mode != "bi":
-            joint = enc(s1, s2)                # [CLS] s1 [SEP] s2 [SEP]
-            if swap: swapped = enc(s2, s1)     # the other order, for pair_swap (see 06_multitask)
-        if spec.is_pair and pair_mode == "cross": s1, s2, two, joint = joint, None, False, None
-        else: s1, s2, two = enc(s1), (enc(s2) if spec.is_pair else None), spec.is_pair
-        rows = lambda e: list(zip(e["input_ids"], e["token_type_ids"])) if e is not None else None
-        self.a, self.b = rows(s1), rows(s2) if two else None
-        # the other order belongs to the cross-encoder sequence: `a` in cross mode, `x` in both
-        self.x, swapped = rows(joint), rows(swapped)
-        self.a_swap, self.x_swap = (swapped, None) if pair_mode == "cross" else (None, swapped)
-        self.lengths = np.array([len(x[0]) for x in self.a]) + (np.array([len(x[0]) for x in self.b]) if two else 0)
+        self.a, self.b, self.x, self.a_swap, self.x_swap = _tokenize(df, spec, tokenizer, max_length, pair_mode, swap)
+        self.lengths = np.array([len(x[0]) for x in self.a]) + (np.array([len(x[0]) for x in self.b]) if self.b is not None else 0)
 
     def __len__(self): return len(self.ids)
     def __getitem__(self, i):
@@ -87,7 +93,7 @@ def collate(items:list, task, pad_id:int=0, pad_multiple:int=1) -> dict:
     batch["n_pad"] = int(sum(m.numel() for m in masks)) - batch["n_tokens"]
     return batch
 
-# %% ../nbs/04a_loaders.ipynb #cb571463
+# %% ../nbs/04a_loaders.ipynb #b6a983ba
 class BucketBatchSampler(Sampler):
     "Batches of indices of similar `lengths`, reshuffled reproducibly per `(seed, epoch)`"
     def __init__(self, lengths, batch_size:int, shuffle:bool=True, seed:int=0, drop_last:bool=False, bucket_size_multiplier:int|None=50,
@@ -108,42 +114,47 @@ class BucketBatchSampler(Sampler):
         "Use the order of `epoch` on the next iteration"
         self.epoch = epoch
 
-    def indices(self) -> np.ndarray:
-        "The indices this epoch uses: all of them, or with a `pool` the always-used ones and this epoch's draw of the others"
-        if self.pool is None: return np.arange(len(self.lengths))
-        n_always, per = self.pool
-        n_opt = len(self.lengths) - n_always
-        if per == n_opt: return np.arange(len(self.lengths))
-        # one shuffle of the optional indices per cycle, cut into consecutive epochs: every optional index once per cycle
-        per_cycle = max(n_opt // per, 1) if per else 1
-        cycle, j = divmod(self.epoch, per_cycle)
-        perm = np.random.default_rng([self.seed, cycle, 7919]).permutation(n_opt)
-        return np.concatenate([np.arange(n_always), n_always + np.sort(perm[j * per:(j + 1) * per])])
-
-    def batches(self) -> list:
-        "This epoch's batches (lists of indices)"
-        use, bs = self.indices(), self.batch_size
-        n = len(use)
-        rng = np.random.default_rng([self.seed, self.epoch])
-        idx = use[rng.permutation(n)] if self.shuffle else use
-        if self.mult:
-            chunk = bs * self.mult
-            idx = np.concatenate([c[np.argsort(self.lengths[c], kind="stable")] for c in np.split(idx, range(chunk, n, chunk))]) if n else idx
-        out = [idx[i:i + bs] for i in range(0, n, bs)]
-        if self.drop_last and out and len(out[-1]) < bs: out = out[:-1]
-        if self.shuffle: out = [out[i] for i in rng.permutation(len(out))]
-        if self.num_replicas > 1: out = [self._shard(b) for b in out]
-        return [b.tolist() for b in out]
-
-    def _shard(self, b):
-        "This rank's slice of global batch `b`, padded (by repeating its first items) to a multiple of the replicas"
-        b = np.concatenate([b, b[:(-len(b)) % self.num_replicas]]) if len(b) % self.num_replicas else b
-        return b[self.rank::self.num_replicas]
 
     def __iter__(self): return iter(self.batches())
     def __len__(self):
         n = len(self.lengths) if self.pool is None else sum(self.pool)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+# %% ../nbs/04a_loaders.ipynb #11ee6c0a
+@patch
+def indices(self:BucketBatchSampler) -> np.ndarray:
+    "The indices this epoch uses: all of them, or with a `pool` the always-used ones and this epoch's draw of the others"
+    if self.pool is None: return np.arange(len(self.lengths))
+    n_always, per = self.pool
+    n_opt = len(self.lengths) - n_always
+    if per == n_opt: return np.arange(len(self.lengths))
+    # one shuffle of the optional indices per cycle, cut into consecutive epochs: every optional index once per cycle
+    per_cycle = max(n_opt // per, 1) if per else 1
+    cycle, j = divmod(self.epoch, per_cycle)
+    perm = np.random.default_rng([self.seed, cycle, 7919]).permutation(n_opt)
+    return np.concatenate([np.arange(n_always), n_always + np.sort(perm[j * per:(j + 1) * per])])
+
+# %% ../nbs/04a_loaders.ipynb #0d53b1f1
+@patch
+def batches(self:BucketBatchSampler) -> list:
+    "This epoch's batches (lists of indices)"
+    use, bs = self.indices(), self.batch_size
+    n = len(use)
+    rng = np.random.default_rng([self.seed, self.epoch])
+    idx = use[rng.permutation(n)] if self.shuffle else use
+    if self.mult:
+        chunk = bs * self.mult
+        idx = np.concatenate([c[np.argsort(self.lengths[c], kind="stable")] for c in np.split(idx, range(chunk, n, chunk))]) if n else idx
+    out = [idx[i:i + bs] for i in range(0, n, bs)]
+    if self.drop_last and out and len(out[-1]) < bs: out = out[:-1]
+    if self.shuffle: out = [out[i] for i in rng.permutation(len(out))]
+    if self.num_replicas > 1: out = [self._shard(b) for b in out]
+    return [b.tolist() for b in out]
+@patch
+def _shard(self:BucketBatchSampler, b):
+    "This rank's slice of global batch `b`, padded (by repeating its first items) to a multiple of the replicas"
+    b = np.concatenate([b, b[:(-len(b)) % self.num_replicas]]) if len(b) % self.num_replicas else b
+    return b[self.rank::self.num_replicas]
 
 # %% ../nbs/04a_loaders.ipynb #5a620648
 def make_loader(ds:TaskDataset, batch_size:int, shuffle:bool=False, bucket:bool=False, seed:int=0, drop_last:bool=False,
