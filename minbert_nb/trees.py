@@ -10,13 +10,14 @@ import re, warnings
 from pathlib import Path
 import numpy as np
 import pandas as pd
+from fastcore.basics import patch
 from .data import DataError, find_data_dir
 
 # %% auto #0
 __all__ = ['SST_TREES', 'Tree', 'parse_tree', 'read_trees', 'sst_trees_path', 'load_sst_trees', 'tree_sentences',
            'check_tree_sentences', 'tree_phrases', 'phrase_training_set']
 
-# %% ../nbs/04b_trees.ipynb #75b15e3b
+# %% ../nbs/04b_trees.ipynb #fee11ff8
 class Tree:
     "A node of a sentiment tree: a `label` 0-4 and either one `word` (a leaf) or `children` (sub-trees)"
     __slots__ = ("label", "children", "word", "line")
@@ -34,41 +35,50 @@ class Tree:
     def leaves(self) -> list: return [n.word for n in self.nodes() if n.is_leaf]
     @property
     def text(self) -> str: return " ".join(self.leaves())
-    def depth(self) -> int:
-        "Levels from this node down to its deepest leaf (a leaf has depth 1)"
-        d, st = 0, [(self, 1)]
-        while st:
-            n, k = st.pop(); d = max(d, k); st.extend((c, k + 1) for c in n.children)
-        return d
-    def spans(self) -> tuple:
-        "`(words, spans)`: the leaves, and `(label, start, end)` of every node in pre-order (its text is `words[start:end]`)"
-        words, spans, st = [], [], [(self, -1)]
-        while st:
-            n, k = st.pop()
-            if k >= 0: spans[k][2] = len(words); continue       # leaving node k: its span ends here
-            k = len(spans); spans.append([n.label, len(words), None])
-            if n.is_leaf: words.append(n.word); spans[k][2] = len(words); continue
-            st.append((n, k)); st.extend((c, -1) for c in reversed(n.children))
-        return words, [tuple(s) for s in spans]
-    def to_ptb(self) -> str:
-        "The tree in PTB brackets, as in the file: `(3 (2 The) (2 Rock))`"
-        out, st = [], [self]
-        while st:
-            n = st.pop()
-            if isinstance(n, str): out.append(n)
-            elif n.is_leaf: out.append(f"({n.label} {n.word})")
-            else: out.append(f"({n.label}"); st.append(")"); st.extend(reversed(n.children))
-        return " ".join(out).replace(" )", ")")       # words never hold a bracket, so ' )' only closes a node
     def __repr__(self):
         s = self.to_ptb()
         return f"Tree({s if len(s) <= 70 else s[:67] + '...'})"
 
-# %% ../nbs/04b_trees.ipynb #4464dbbd
+# %% ../nbs/04b_trees.ipynb #1e52f763
+@patch
+def depth(self:Tree) -> int:
+    "Levels from this node down to its deepest leaf (a leaf has depth 1)"
+    d, st = 0, [(self, 1)]
+    while st:
+        n, k = st.pop(); d = max(d, k); st.extend((c, k + 1) for c in n.children)
+    return d
+
+@patch
+def spans(self:Tree) -> tuple:
+    "`(words, spans)`: the leaves, and `(label, start, end)` of every node in pre-order (its text is `words[start:end]`)"
+    words, spans, st = [], [], [(self, -1)]
+    while st:
+        n, k = st.pop()
+        if k >= 0: spans[k][2] = len(words); continue       # leaving node k: its span ends here
+        k = len(spans); spans.append([n.label, len(words), None])
+        if n.is_leaf: words.append(n.word); spans[k][2] = len(words); continue
+        st.append((n, k)); st.extend((c, -1) for c in reversed(n.children))
+    return words, [tuple(s) for s in spans]
+
+# %% ../nbs/04b_trees.ipynb #4dd06d89
+@patch
+def to_ptb(self:Tree) -> str:
+    "The tree in PTB brackets, as in the file: `(3 (2 The) (2 Rock))`"
+    out, st = [], [self]
+    while st:
+        n = st.pop()
+        if isinstance(n, str): out.append(n)
+        elif n.is_leaf: out.append(f"({n.label} {n.word})")
+        else: out.append(f"({n.label}"); st.append(")"); st.extend(reversed(n.children))
+    return " ".join(out).replace(" )", ")")       # words never hold a bracket, so ' )' only closes a node
+
+# %% ../nbs/04b_trees.ipynb #f0fc80f1
 _TOKENS = re.compile(r"\(|\)|[^ ()]+")   # a bracket, or a run of anything but ASCII spaces and brackets
 _LABELS = {"0": 0, "1": 1, "2": 2, "3": 3, "4": 4}
 _PTB = "one tree per line in PTB brackets, e.g. (3 (2 A) (4 (2 fine) (3 film))): every node is '(' + a label 0-4 + one word or sub-trees + ')'"
 _TREE_FIX = "fix that line (the SST training trees are extra/sst-trees/train.txt of the data folder, see its README)"
 
+# %% ../nbs/04b_trees.ipynb #642421bd
 def parse_tree(s:str, path=None, line:int|None=None) -> Tree:
     "Parse one PTB-bracketed sentiment tree; `DataError` naming `path`:`line` and the character for any malformed input"
     def bad(reason, pos): raise DataError(path or "<string>", line, f"{reason} (character {pos + 1})", _PTB, _TREE_FIX)
@@ -104,7 +114,7 @@ def parse_tree(s:str, path=None, line:int|None=None) -> Tree:
     root.line = line
     return root
 
-# %% ../nbs/04b_trees.ipynb #96d3a944
+# %% ../nbs/04b_trees.ipynb #cbeaf1d7
 def read_trees(path) -> list:
     "Every tree of the PTB file `path`, one per line; blank lines are skipped with a warning; `DataError` names file:line"
     path = Path(path)
@@ -126,6 +136,7 @@ def read_trees(path) -> list:
                             f"{', ...' if len(blank) > 5 else ''}); each tree keeps its own line number in Tree.line.")
     return trees
 
+# %% ../nbs/04b_trees.ipynb #85dbc708
 SST_TREES = "extra/sst-trees/train.txt"
 
 def sst_trees_path(data_dir=None) -> Path:
