@@ -9,6 +9,7 @@ from __future__ import annotations
 import numbers, random
 from collections import defaultdict
 import pandas as pd
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['question_key', 'pair_keys', 'PairGraph', 'implied_pairs']
@@ -22,7 +23,7 @@ def pair_keys(df:pd.DataFrame) -> set:
     "The unordered `question_key` pairs of the rows of `df` (columns `sentence1`, `sentence2`)"
     return {frozenset((question_key(a), question_key(b))) for a, b in zip(df.sentence1, df.sentence2)}
 
-# %% ../nbs/04c_pairgraph.ipynb #ff76a43b
+# %% ../nbs/04c_pairgraph.ipynb #91e12cdc
 class PairGraph:
     "Questions as nodes, labelled pairs as edges: duplicate labels join groups, non-duplicate labels link two groups apart"
     def __init__(self, pairs:pd.DataFrame):
@@ -54,9 +55,11 @@ class PairGraph:
         while p[q] != q: p[q] = p[p[q]]; q = p[q]
         return q
 
-    def __repr__(self):
-        return (f"PairGraph({len(self.text):,} questions, {len(self.groups):,} groups, {sum(len(g) > 1 for g in self.groups):,} with "
-                f"duplicates, {len(self.apart):,} links apart, {len(self.conflicted)} conflicted)")
+# %% ../nbs/04c_pairgraph.ipynb #6e7883a9
+@patch
+def __repr__(self:PairGraph):
+    return (f"PairGraph({len(self.text):,} questions, {len(self.groups):,} groups, {sum(len(g) > 1 for g in self.groups):,} with "
+            f"duplicates, {len(self.apart):,} links apart, {len(self.conflicted)} conflicted)")
 
 # %% ../nbs/04c_pairgraph.ipynb #77ee3df4
 def implied_pairs(pairs:pd.DataFrame, exclude:set|None=None, pos_per_group:int|str|None="size", neg_per_link:int|None=None,
