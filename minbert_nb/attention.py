@@ -35,7 +35,7 @@ def attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|
     probs = scores.softmax(dim=-1)
     return (dropout(probs) if dropout is not None else probs) @ v, probs
 
-# %% ../nbs/01_attention.ipynb #c2b430d0
+# %% ../nbs/01_attention.ipynb #1eca86fb
 class BertSelfAttention(nn.Module):
     "Multi-head self-attention with `query`/`key`/`value` projections named as in Hugging Face"
     def __init__(self, config:BertConfig):
@@ -57,29 +57,33 @@ class BertSelfAttention(nn.Module):
         B, T, C = x.shape
         return x.view(B, T, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def attend(self, q, k, v, attention_mask=None, output_attentions=False, prefix_kv=None, position_bias=None):
-        "Heads `(B, nh, T, hs)` in, the merged context `(B, T, C)` and the probabilities (or None) out"
-        if position_bias is not None:                                    # (1|B, nh, T, T), added to the scores like the mask
-            attention_mask = position_bias if attention_mask is None else attention_mask + position_bias
-        if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each, always visible
-            k, v = torch.cat([prefix_kv[0], k], dim=2), torch.cat([prefix_kv[1], v], dim=2)
-            if attention_mask is not None:
-                attention_mask = torch.cat([attention_mask.new_zeros(*attention_mask.shape[:-1], prefix_kv[0].shape[2]), attention_mask], -1)
-        if attention_mask is not None and attention_mask.dtype != q.dtype:   # e.g. an fp32 mask, bf16 queries under autocast
-            attention_mask = to_mask_dtype(attention_mask, q.dtype)
-        if output_attentions or self.attn_implementation == "eager":
-            y, probs = attention(q, k, v, attention_mask, self.dropout)
-        else:
-            y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask,
-                                                      dropout_p=self.dropout_p if self.training else 0.0), None
-        B, nh, T, hs = y.shape
-        return y.transpose(1, 2).reshape(B, T, nh * hs), (probs if output_attentions else None)
+# %% ../nbs/01_attention.ipynb #d149537e
+@patch
+def attend(self:BertSelfAttention, q, k, v, attention_mask=None, output_attentions=False, prefix_kv=None, position_bias=None):
+    "Heads `(B, nh, T, hs)` in, the merged context `(B, T, C)` and the probabilities (or None) out"
+    if position_bias is not None:                                    # (1|B, nh, T, T), added to the scores like the mask
+        attention_mask = position_bias if attention_mask is None else attention_mask + position_bias
+    if prefix_kv is not None:                                        # prefix tuning: (B, nh, P, hs) each, always visible
+        k, v = torch.cat([prefix_kv[0], k], dim=2), torch.cat([prefix_kv[1], v], dim=2)
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask.new_zeros(*attention_mask.shape[:-1], prefix_kv[0].shape[2]), attention_mask], -1)
+    if attention_mask is not None and attention_mask.dtype != q.dtype:   # e.g. an fp32 mask, bf16 queries under autocast
+        attention_mask = to_mask_dtype(attention_mask, q.dtype)
+    if output_attentions or self.attn_implementation == "eager":
+        y, probs = attention(q, k, v, attention_mask, self.dropout)
+    else:
+        y, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask,
+                                                  dropout_p=self.dropout_p if self.training else 0.0), None
+    B, nh, T, hs = y.shape
+    return y.transpose(1, 2).reshape(B, T, nh * hs), (probs if output_attentions else None)
 
-    def forward(self, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
-                output_attentions:bool=False, prefix_kv:tuple|None=None, position_bias:torch.Tensor|None=None):
-        "Attend over `hidden_states` `(B, T, C)` with an additive `attention_mask` `(B, 1, 1, T)`; returns (context, probs|None)"
-        q, k, v = (self.split_heads(t) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
-        return self.attend(q, k, v, attention_mask, output_attentions, prefix_kv, position_bias)
+# %% ../nbs/01_attention.ipynb #dd099024
+@patch
+def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
+            output_attentions:bool=False, prefix_kv:tuple|None=None, position_bias:torch.Tensor|None=None):
+    "Attend over `hidden_states` `(B, T, C)` with an additive `attention_mask` `(B, 1, 1, T)`; returns (context, probs|None)"
+    q, k, v = (self.split_heads(t) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
+    return self.attend(q, k, v, attention_mask, output_attentions, prefix_kv, position_bias)
 
 # %% ../nbs/01_attention.ipynb #c6e06c67
 @patch

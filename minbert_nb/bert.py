@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 import torch.nn.functional as F
+from fastcore.basics import patch
 from .core import *
 from .attention import *
 
@@ -127,7 +128,7 @@ def task_context(task:str|None):
     try: yield
     finally: _TASK.reset(token)
 
-# %% ../nbs/02_bert.ipynb #bb46b8d0
+# %% ../nbs/02_bert.ipynb #ca067012
 @dataclass
 class BertModelOutput:
     "What `BertModel` returns"
@@ -136,6 +137,7 @@ class BertModelOutput:
     hidden_states: list|None = None           # embeddings + every layer's output, if asked for
     attentions: list|None = None              # (B, nh, T, T) per layer, if asked for
 
+# %% ../nbs/02_bert.ipynb #74aa8526
 class BertModel(nn.Module):
     "The BERT encoder: embeddings, `num_hidden_layers` transformer layers and the pooler"
     embeddings_class, encoder_class = BertEmbeddings, BertEncoder   # a variant swaps these (MPNetModel, below)
@@ -160,29 +162,46 @@ class BertModel(nn.Module):
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight); nn.init.zeros_(m.bias)
 
-    def forward(self, input_ids:torch.Tensor, attention_mask:torch.Tensor|None=None, token_type_ids:torch.Tensor|None=None,
-                output_attentions:bool=False, output_hidden_states:bool=False, prefix_kv:list|None=None,
-                task:str|None=None) -> BertModelOutput:
-        "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
-        with task_context(task):
-            x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
-            if attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu" and bool(attention_mask.all()):
-                attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
-                                         # mask is free: on a GPU `bool(...)` would stall the host until the device catches up
-            mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
-            if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
-            packed = None
-            if self._can_unpad(attention_mask, output_attentions or output_hidden_states):
-                idx = attention_mask.reshape(-1).nonzero().squeeze(1)          # flat positions of the N real tokens
-                packed, x = (idx, *input_ids.shape), unpad_rows(x, idx)         # (N, C)
-            h, hs, at = self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv, packed)
-            if packed is not None: h = pad_rows(h, *packed)                    # (B, T, C), zeros at padding
-            return BertModelOutput(h, self.pooler(h), hs, at)
+# %% ../nbs/02_bert.ipynb #f02caadf
+@patch
+def forward(self:BertModel, input_ids:torch.Tensor, attention_mask:torch.Tensor|None=None, token_type_ids:torch.Tensor|None=None,
+            output_attentions:bool=False, output_hidden_states:bool=False, prefix_kv:list|None=None,
+            task:str|None=None) -> BertModelOutput:
+    "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
+    with task_context(task):
+        x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
+        if attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+            attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
+                                     # mask is free: on a GPU `bool(...)` would stall the host until the device catches up
+        mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
+        if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
+        h, hs, at = self._encode(x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
+        return BertModelOutput(h, self.pooler(h), hs, at)
 
-    def _can_unpad(self, attention_mask, per_layer_outputs:bool) -> bool:
-        """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), and
-        without per-layer outputs (kept padded)"""
-        return self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
+@patch
+def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None):
+    "The encoder over the embeddings `x` `(B, T, C)`; `attention_mask` is the 1/0 padding mask, `mask` its additive form"
+    return self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)
+
+# %% ../nbs/02_bert.ipynb #f0021c8f
+_padded_encode = BertModel._encode
+
+@patch
+def _can_unpad(self:BertModel, attention_mask, per_layer_outputs:bool) -> bool:
+    """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), and
+    without per-layer outputs (kept padded)"""
+    return self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
+
+@patch
+def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None):
+    """The encoder over the embeddings `x` `(B, T, C)`: where `_can_unpad`, on the real tokens only `(N, C)`, padded again
+    after (zeros at padding); otherwise as it is"""
+    if not self._can_unpad(attention_mask, output_attentions or output_hidden_states):
+        return _padded_encode(self, x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
+    idx = attention_mask.reshape(-1).nonzero().squeeze(1)                  # flat positions of the N real tokens
+    packed = (idx, *x.shape[:2])                                           # (idx, B, T)
+    h, hs, at = self.encoder(unpad_rows(x, idx), mask, output_attentions, output_hidden_states, prefix_kv, packed)   # (N, C)
+    return pad_rows(h, *packed), hs, at                                    # (B, T, C), zeros at padding
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):

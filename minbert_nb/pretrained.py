@@ -131,7 +131,7 @@ def normalize_hf_keys(sd:dict) -> dict:
         out[k] = v
     return out
 
-# %% ../nbs/02a_pretrained.ipynb #caa6fe6b
+# %% ../nbs/02a_pretrained.ipynb #221a3dd8
 @dataclass
 class LoadReport:
     "What happened when a checkpoint was loaded"
@@ -159,6 +159,7 @@ def load_weights(model:BertModel, sd:dict, source:str="state dict", allow_missin
             if k in own: own[k].copy_(v)
     return LoadReport(str(source), len(sd) - len(unexpected), unexpected, missing)
 
+# %% ../nbs/02a_pretrained.ipynb #2f1165b7
 def model_type(path) -> str|None:
     "The `model_type` in checkpoint folder `path`'s config.json (None if unreadable: `BertConfig.from_json` then names the problem)"
     try: return json.loads((Path(path)/"config.json").read_text()).get("model_type")
@@ -172,6 +173,7 @@ def encoder_for(config:BertConfig) -> BertModel:
     "A freshly initialised encoder of `config`'s architecture: `MPNetModel` for an `MPNetConfig`, else `BertModel`"
     return (MPNetModel if isinstance(config, MPNetConfig) else BertModel)(config)
 
+# %% ../nbs/02a_pretrained.ipynb #26d7d08c
 def load_bert(name:str|os.PathLike|None=None, **overrides) -> BertModel:
     "Build a `BertModel` (an `MPNetModel` for an MPNet checkpoint) from checkpoint `name`; `overrides` change config fields (e.g. dropout)"
     path = resolve_checkpoint(name)
