@@ -453,7 +453,7 @@ CHAPTERS_IN_FLOW = {"attention.html": "forward", "bert.html": "forward", "optimi
 
 def _soup(text):
     from bs4 import BeautifulSoup
-    return BeautifulSoup(text, "html.parser")
+    return BeautifulSoup(text, docs._parser())
 
 @pytest.fixture(scope="module")
 def soups(site):

@@ -174,9 +174,9 @@ def _sidebar(entries, current, project, tagline):
         if e["section"] != section:
             if items: items.append("</ol></li>")
             section = e["section"]
-            cur = ' class="current"' if any(x["page"] == current and x["section"] == section for x in entries) else ""
+            cur = " current" if any(x["page"] == current and x["section"] == section for x in entries) else ""
             head = f'<p class="section-label">{html.escape(section)}</p>' if section else ""
-            items.append(f'<li class="section"{cur} data-section="{html.escape(section or "", quote=True)}">{head}<ol>')
+            items.append(f'<li class="section{cur}" data-section="{html.escape(section or "", quote=True)}">{head}<ol>')
         act = ' class="active" aria-current="page"' if e["page"] == current else ""
         num = f'<span class="num">{e["num"]}</span><span class="sep"> · </span>' if e["num"] else ""
         items.append(f'<li><a href="{e["page"]}"{act}>{num}<span class="label">{html.escape(e["label"])}</span></a></li>')
@@ -318,6 +318,26 @@ def _fix_page(body, page, pages, nb_pages, out, site_url, repo_url, branch):
         return m.group(1) + html.escape(src, quote=True) + m.group(3)
     body = re.sub(r'(<img\b[^>]*?\bsrc=")([^"]*)(")', img, body)
     return body.replace('alt="No description has been provided for this image"', 'alt="A figure output by a cell of this notebook"')
+
+class PageExporter(HTMLExporter):
+    """nbconvert's HTML exporter without its last step, a BeautifulSoup pass over the whole page that adds alt text (and
+    tabindex, to cells of a `.jp-Notebook` this theme does not have): `enhance_page` adds the alt text on the parse it makes anyway"""
+    def from_notebook_node(self, nb, resources=None, **kw):
+        from nbconvert.exporters.templateexporter import TemplateExporter
+        from nbconvert.filters.highlight import Highlight2HTML
+        from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+        info = nb.metadata.get("language_info", {})
+        self.register_filter("highlight_code", self.filters.get("highlight_code", Highlight2HTML(pygments_lexer=info.get("pygments_lexer", info.get("name")), parent=self)))
+        resources = self._init_resources(resources)
+        self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+        return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+
+def _parser():
+    "lxml's HTML parser where it is installed (a tenth of html.parser's time on these pages), else Python's own"
+    try:
+        import lxml  # noqa: F401
+        return "lxml"
+    except ImportError: return "html.parser"
 
 # ---- the code on the page: each API entry's source, folded under it ----
 _SHOW_DOC = re.compile(r"^\s*show_doc\(\s*([\w.]+)\s*[,)]", re.M)
@@ -526,8 +546,9 @@ def enhance_page(body, page, nb_links, module_page, repo_url, views=None):
     The repository address in nbs/nbdev.yml is not a published repository, so a show_doc entry's "source" link goes to the
     notebook page that defines the name (its entry there), not to a line of a .py file nobody can open"""
     from bs4 import BeautifulSoup
-    soup = BeautifulSoup(body, "html.parser")
+    soup = BeautifulSoup(body, _parser())
     main = soup.find("main")
+    for img in main.select("img:not([alt])"): img["alt"] = "A figure output by a cell of this notebook"
     for a in main.find_all("a", href=True):
         if a.get_text().strip() != "source" or not (repo_url and a["href"].startswith(repo_url)): continue
         h = a.find_next(re.compile(r"^h[2-6]$"))
@@ -611,7 +632,7 @@ def site(out=ROOT / "_site"):
     tagline = next((e["desc"] for e in entries if e["nb"] == "index.ipynb"), "")
     site_url, repo_url, branch = _yml_value("site-url").rstrip("/"), _yml_value("repo-url").rstrip("/"), _yml_value("repo-branch", "main")
     write_assets(out)
-    exp = HTMLExporter(template_name="docs_theme", extra_template_basedirs=[str(THEME.parent)])
+    exp = PageExporter(template_name="docs_theme", extra_template_basedirs=[str(THEME.parent)])
     exp.exclude_input_prompt = exp.exclude_output_prompt = True
     # nbconvert passes every cell through bleach (a third of the build): these pages come from this repository's own notebooks
     exp.register_filter("clean_html", lambda html: html)
