@@ -5,7 +5,8 @@ __version__ = "0.1.0"
 # package (`minbert_nb.core`, ...) does not load the training stack. (`train` and `evaluate` are not here: they are also the
 # names of modules, which Python puts on the package once imported; import them from their modules.)
 _HOMES = {
-    "BertModel": "bert", "BertConfig": "bert", "load_bert": "pretrained", "load_tokenizer": "pretrained",
+    "BertModel": "bert", "BertConfig": "bert", "MPNetModel": "bert", "MPNetConfig": "bert",
+    "load_bert": "pretrained", "load_tokenizer": "pretrained",
     "MultitaskBert": "multitask", "ModelConfig": "multitask", "fake_batch": "multitask",
     "PeftConfig": "peft", "inject_peft": "peft", "AdamW": "optimizer",
     "TrainStep": "step", "StepContext": "step", "SmartTerm": "smart", "PCGradGrads": "pcgrad",

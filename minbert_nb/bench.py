@@ -1,4 +1,4 @@
-"""minBERT and `transformers.BertModel` side by side: forward and training-step throughput, peak memory, MFU on CUDA, the end-to-end epoch, and the `minbert_bench` command.
+"""minBERT and transformers' `BertModel` (or `MPNetModel`) side by side: forward and training-step throughput, peak memory, MFU on CUDA, the end-to-end epoch, and the `minbert_bench` command.
 
 Docs: https://minbert-nb.github.io/minbert_nb/bench.html.md"""
 
@@ -13,7 +13,7 @@ import torch
 from .core import *
 from .bert import *
 from .attention import configure_sdpa
-from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers
+from .pretrained import load_bert, load_tokenizer, tokenize, resolve_checkpoint, load_weights, quiet_transformers, installable_name
 from .optimizer import AdamW
 from .data import load_split, get_task, CS224N_TASKS
 BENCH_TASK = CS224N_TASKS[0]   # SST: the benchmarks' real sentences, and the head of the PEFT step benchmark
@@ -72,19 +72,22 @@ def bench_sentences(n:int, data_dir=None, seed:int=0) -> tuple:
 
 # %% ../nbs/24_bench.ipynb #d5408338
 def load_pair(backbone=None, config:BertConfig|None=None, device=None) -> tuple:
-    "`(minbert, hf)`: minBERT and `transformers.BertModel` (SDPA) with the same weights, from `backbone` or random with `config`"
+    """`(minbert, hf)` with the same weights, from `backbone` or random with `config`: minBERT and `transformers.BertModel` (SDPA),
+    or for an MPNet `transformers.MPNetModel` (eager: transformers has no SDPA path for it)"""
     import transformers
     device = default_device(device)
     with quiet_transformers():
         if config is None:
             path = resolve_checkpoint(backbone)
             mb = load_bert(path)
-            hf = transformers.BertModel.from_pretrained(str(path), attn_implementation="sdpa")
+            hf = (transformers.MPNetModel.from_pretrained(str(path)) if isinstance(mb, MPNetModel)
+                  else transformers.BertModel.from_pretrained(str(path), attn_implementation="sdpa"))
         else:
             d = {k: v for k, v in config.to_dict().items() if k != "attn_implementation"}
-            hf = transformers.BertModel(transformers.BertConfig(**d, attn_implementation="sdpa"))
-            mb = BertModel(config)
-            load_weights(mb, hf.state_dict(), source="random transformers.BertModel")
+            hf = (transformers.MPNetModel(transformers.MPNetConfig(**d)) if isinstance(config, MPNetConfig)
+                  else transformers.BertModel(transformers.BertConfig(**d, attn_implementation="sdpa")))
+            mb = MPNetModel(config) if isinstance(config, MPNetConfig) else BertModel(config)
+            load_weights(mb, hf.state_dict(), source=f"random transformers.{type(hf).__name__}")
     return mb.float().to(device), hf.float().to(device)
 
 # %% ../nbs/24_bench.ipynb #0ae3a63b
@@ -204,7 +207,7 @@ def _env(device, dtype, warmup, reps) -> dict:
 def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=None, dtype:str|None=None, warmup:int=3, reps:int=10,
                  data_dir=None, sentences:list|None=None, train:bool=True, config:BertConfig|None=None, memory:bool=True,
                  adamw:bool=True, unpad:bool=True, compile:bool|str=False) -> dict:
-    """minBERT vs `transformers.BertModel` on one batch of `batch_size` real sentences: throughputs, ratios, peak memory.
+    """minBERT vs `transformers.BertModel` (`MPNetModel` for an MPNet) on one batch of `batch_size` real sentences: throughputs, ratios, peak memory.
     `unpad=False` makes minBERT compute the padding too, as transformers does (the kernels compared alone)"""
     device = default_device(device)
     tuned = device.type == "cpu" and tune_cpu_allocator()   # as training does (00_core): freed step buffers are reused
@@ -213,6 +216,9 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
     src = "given sentences"
     if sentences is None: sentences, src = bench_sentences(batch_size, data_dir)
     sentences = list(sentences)[:batch_size]
+    if isinstance(config, MPNetConfig) and backbone is None:
+        raise ValueError("config is an MPNetConfig: its batch needs MPNet's tokenizer (<pad> is 1, not BERT's 0); pass backbone= an MPNet "
+                         "folder or all-mpnet-base-v2 for it.")
     mb, hf = load_pair(backbone, config, device)
     mb.unpad = unpad
     batch = tokenize(load_tokenizer(backbone), sentences, max_length=max_length, device=device)
@@ -220,7 +226,8 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
         raise ValueError(f"config.vocab_size={config.vocab_size} is smaller than the tokenizer's ids; use the tokenizer's vocabulary size (30522).")
     bs, T = batch["input_ids"].shape
     r = dict(backbone=f"random weights {config.num_hidden_layers}x{config.hidden_size}" if config is not None
-             else str(resolve_checkpoint(backbone)) if backbone else "all-MiniLM-L6-v2 (embedded)",
+             else str(backbone) if installable_name(backbone) else str(resolve_checkpoint(backbone)) if backbone else "all-MiniLM-L6-v2 (embedded)",
+             hf_class=type(hf).__name__, hf_attn=hf.config._attn_implementation,
              **_env(device, dtype, warmup, reps), batch_size=bs, seq_len=T, sentences=src,
              padding_fraction=1 - batch["attention_mask"].float().mean().item(), params=count_params(mb), allocator_tuned=tuned,
              minbert_unpad=unpad and device.type == "cpu" and not compile, compiled=compile)
@@ -244,7 +251,8 @@ def format_table(r:dict) -> str:
     out = []
     if "minbert_forward_s" in r:
         what = r.get("backbone") or r.get("arch")
-        out.append(f"minBERT vs transformers {r['transformers_version']} (sdpa{', compiled' if r.get('compiled') else ''}) | {what} | {r['device']} ({r['device_name']}, "
+        hf = "" if r.get("hf_class", "BertModel") == "BertModel" else f"{r['hf_class']} "   # results written before hf_class: BertModel, sdpa
+        out.append(f"minBERT vs transformers {r['transformers_version']} {hf}({r.get('hf_attn', 'sdpa')}{', compiled' if r.get('compiled') else ''}) | {what} | {r['device']} ({r['device_name']}, "
                    f"{r['threads']} thread{'s' if r['threads'] != 1 else ''}) | {r['dtype']} | batch {r['batch_size']} x {r['seq_len']} tokens | "
                    f"median of {r['reps']} (after {r['warmup']} warm-up)")
         out.append(f"{'':24s}{'minBERT':>12s}{'transformers':>14s}{'ratio':>8s}")
@@ -387,7 +395,7 @@ def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=No
                                                    config=config, memory=False, adamw=False, unpad=unpad))
     first = per["fp32"][0]
     r = {k: first[k] for k in ("backbone", "device", "device_name", "threads", "torch_version", "batch_size", "seq_len", "allocator_tuned",
-                               "padding_fraction", "minbert_unpad")}
+                               "padding_fraction", "minbert_unpad", "hf_class", "hf_attn")}
     r.update(rounds=rounds, warmup=warmup, reps=reps)
     spread = lambda xs: dict(median=statistics.median(xs), min=min(xs), max=max(xs))
     for what in ("forward", "train"):
@@ -403,6 +411,7 @@ def format_dtypes(r:dict) -> str:
     med = lambda xs: statistics.median(xs)
     sp = lambda d: f"{_fmt(d['median'])} [{_fmt(d['min'])}, {_fmt(d['max'])}]"
     pad = f"padding {r['padding_fraction']:.0%}, minBERT {'skips' if r.get('minbert_unpad') else 'computes'} it"
+    if r.get("hf_class", "BertModel") != "BertModel": pad += f"; HF: transformers' {r['hf_class']} ({r['hf_attn']} attention)"
     lines = [f"fp32 vs bf16 ({r['backbone']}, {r['device_name']}, {r['threads']} threads, batch {r['batch_size']} x {r['seq_len']}, "
              f"{pad}, {r['rounds']} rounds, median [min, max])",
              f"{'':18}{'minBERT fp32':>14}{'minBERT bf16':>14}{'bf16 / fp32':>22}{'minBERT/HF fp32':>22}{'minBERT/HF bf16':>22}"]
@@ -414,7 +423,7 @@ def format_dtypes(r:dict) -> str:
 # %% ../nbs/24_bench.ipynb #6968b18e
 @cli
 def minbert_bench(
-    backbone:str=None,        # checkpoint: embedded all-MiniLM-L6-v2 (default), a local folder, or a hub id
+    backbone:str=None,        # checkpoint: embedded all-MiniLM-L6-v2 (default), a local folder, all-mpnet-base-v2 (installed), or a hub id
     batch_size:int=32,        # sentences per batch
     max_length:int=128,       # longest sequence in tokens (batches are padded to their longest sentence)
     device:str=None,          # cpu, cuda, mps (default: best available)
@@ -434,7 +443,7 @@ def minbert_bench(
     compile:bool=False,       # time both models under torch.compile (the batch is fixed: one graph each), the MFU benchmark too
     gpu_check:bool=False,     # moved: the GPU check is the command minbert_gpu_check (24a_gpu_check)
 ):
-    "Benchmark minBERT against transformers.BertModel (same checkpoint, batch, dtype and optimizer) and print the ratio"
+    "Benchmark minBERT against transformers.BertModel, or MPNetModel for an MPNet (same checkpoint, batch, dtype and optimizer), and print the ratio"
     if threads: torch.set_num_threads(threads)
     if gpu_check: raise SystemExit("minbert_bench --gpu_check: the GPU check is a command of its own now: minbert_gpu_check "
                                  "(--check_budget is --budget, --check_paths is --paths; --device, --data_dir, --out, --json as before).")

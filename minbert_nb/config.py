@@ -10,16 +10,44 @@ import argparse, contextvars, functools, json, os, types, typing
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from .core import arg_parser, add_arg, BertConfig
-from .pretrained import is_embedded, embedded_backbone_path, KNOWN_CONFIGS, CheckpointError
+from .pretrained import is_embedded, embedded_backbone_path, KNOWN_CONFIGS, CheckpointError, installable_name, installed_backbone_path
 from .optimizer import SCHEDULES
 from .data import TASKS, CS224N_TASKS, get_task
 from .multitask import ModelConfig, MODEL_RANGES, PEFT_RANGES, Range, COUNT, check_ranges
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig
 
 # %% auto #0
-__all__ = ['CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'TRAIN_RANGES', 'FIELD_RANGES', 'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS',
-           'parse_tasks', 'backbone_positions', 'TrainConfig', 'saved_config', 'preset_config', 'config_fields',
-           'config_from_args', 'parse_train_args']
+__all__ = ['OFFSET_POSITIONS', 'CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'TRAIN_RANGES', 'FIELD_RANGES', 'LEGACY_FIELDS',
+           'PRESETS', 'GPU_PRESETS', 'backbone_positions', 'parse_tasks', 'TrainConfig', 'saved_config',
+           'preset_config', 'config_fields', 'config_from_args', 'parse_train_args']
+
+# %% ../nbs/08c_config.ipynb #f23aec23
+OFFSET_POSITIONS = ("mpnet", "roberta", "xlm-roberta", "camembert")   # model types whose position ids start at pad_token_id + 1
+
+def _positions(config_json) -> int|None:
+    "Tokens a sequence may hold under `config_json`: every row of the position table for BERT, fewer for `OFFSET_POSITIONS` types"
+    try:
+        d = json.loads(Path(config_json).read_text())
+        n = int(d.get("max_position_embeddings", BertConfig.max_position_embeddings))
+        return n - int(d.get("pad_token_id", 1)) - 1 if d.get("model_type") in OFFSET_POSITIONS else n   # rows 0 .. pad unused
+    except (OSError, ValueError, TypeError, AttributeError): return None
+
+@functools.cache
+def _embedded_positions() -> int|None:
+    try: return _positions(embedded_backbone_path()/"config.json")
+    except CheckpointError: return None
+
+def backbone_positions(backbone) -> int|None:
+    """Tokens `backbone`'s position table holds when its config can be read offline without the weights (the embedded MiniLM,
+    a local folder's config.json, an installed backbone, a hub id of `KNOWN_CONFIGS`), else None (another hub id: checked when
+    the model is built). MPNet and RoBERTa-style tables (`OFFSET_POSITIONS`) hold `max_position_embeddings - pad_token_id - 1`"""
+    if is_embedded(backbone): return _embedded_positions()
+    if (folder := Path(str(backbone)).expanduser()).exists(): return _positions(folder/"config.json")
+    if installable_name(backbone):    # installed: its folder's config (not installed: the build says how to install it)
+        try: return _positions(installed_backbone_path(backbone)/"config.json")
+        except CheckpointError: return None
+    if str(backbone) in KNOWN_CONFIGS: return BertConfig(**KNOWN_CONFIGS[str(backbone)]).max_position_embeddings
+    return None
 
 # %% ../nbs/08c_config.ipynb #2b554852
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from (and any pair task with `positive_at`)
@@ -48,23 +76,6 @@ TRAIN_RANGES = dict(
     distill_weight=_WEIGHT, distill_temp=Range(0, ends="()", note="a temperature"), sync_every=COUNT,
     checkpoint_every=Range(0, note="optimizer steps; 0: at epoch ends only"))
 FIELD_RANGES = {**PEFT_RANGES, **MODEL_RANGES, **TRAIN_RANGES}   # every numeric field of TrainConfig
-
-def _positions(config_json) -> int|None:
-    try: return int(json.loads(Path(config_json).read_text()).get("max_position_embeddings", BertConfig.max_position_embeddings))
-    except (OSError, ValueError, TypeError, AttributeError): return None
-
-@functools.cache
-def _embedded_positions() -> int|None:
-    try: return _positions(embedded_backbone_path()/"config.json")
-    except CheckpointError: return None
-
-def backbone_positions(backbone) -> int|None:
-    """Length of `backbone`'s position table when its config can be read offline without the weights (the embedded MiniLM, a
-    local folder's config.json, a hub id of `KNOWN_CONFIGS`), else None (another hub id: checked when the model is built)"""
-    if is_embedded(backbone): return _embedded_positions()
-    if (folder := Path(str(backbone)).expanduser()).exists(): return _positions(folder/"config.json")
-    if str(backbone) in KNOWN_CONFIGS: return BertConfig(**KNOWN_CONFIGS[str(backbone)]).max_position_embeddings
-    return None
 
 _FIT_BACKBONE = contextvars.ContextVar("fit_backbone", default=True)   # off while `saved_config` reads a finished run
 

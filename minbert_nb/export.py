@@ -1,4 +1,4 @@
-"""Hand a trained run to the tools people already use: a transformers BERT folder, a sentence-transformers model or a peft LoRA adapter, each checked by loading it back with its own library.
+"""Hand a trained run to the tools people already use: a transformers BERT (or MPNet) folder, a sentence-transformers model or a peft LoRA adapter, each checked by loading it back with its own library.
 
 Docs: https://minbert-nb.github.io/minbert_nb/export.html.md"""
 
@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from .core import cli
-from .pretrained import resolve_checkpoint, is_embedded, tokenize, quiet_transformers
+from .pretrained import resolve_checkpoint, is_embedded, tokenize, quiet_transformers, mpnet_hf_name, INSTALLABLE_BACKBONES, installable_name
+from .bert import MPNetModel
 from .lora import LoRALinear, set_merged
 from .peft import parse_peft
 from .config import saved_config
@@ -22,9 +23,9 @@ from .predictor import Predictor, check_run_dir
 
 # %% auto #0
 __all__ = ['EXPORT_FORMATS', 'FORMAT_ALIASES', 'EMBEDDED_HUB_ID', 'VERIFY_TEXTS', 'ExportError', 'export_format',
-           'check_exportable', 'bert_state_dict', 'hf_config', 'heads_export', 'write_heads', 'write_hf',
-           'st_normalize', 'write_sentence_transformers', 'load_base', 'write_peft', 'verify_export',
-           'check_export_out', 'export_predictor', 'export_run', 'minbert_export']
+           'check_exportable', 'hf_name', 'bert_state_dict', 'hf_arch', 'hf_config', 'heads_export', 'write_heads',
+           'write_hf', 'st_normalize', 'write_sentence_transformers', 'hub_id', 'load_base', 'write_peft',
+           'verify_export', 'check_export_out', 'export_predictor', 'export_run', 'minbert_export']
 
 # %% ../nbs/22_export.ipynb #50f42215
 EXPORT_FORMATS = ("hf", "sentence-transformers", "peft")
@@ -61,24 +62,43 @@ def check_exportable(cfg, fmt:str, where:str="this run"):
         raise ExportError(f"{where} has no LoRA/DoRA modules (peft={cfg.peft}), and --format peft writes a LoRA adapter. "
                           "Export the whole encoder with --format hf (or sentence-transformers).")
 
+# %% ../nbs/22_export.ipynb #25dfc752
+def hf_name(bert, name:str) -> str:
+    "Module or parameter `name` of minBERT `bert` as transformers names it: unchanged for a BERT, renamed by `mpnet_hf_name` for an MPNet"
+    return mpnet_hf_name(name) if isinstance(bert, MPNetModel) else name
+
 # %% ../nbs/22_export.ipynb #4abda7f4
 def bert_state_dict(bert, merge:bool=True) -> dict:
-    "The weights of minBERT `bert` under transformers' `BertModel` names; LoRA/DoRA merged in if `merge` (`bert` is unchanged)"
+    "The weights of minBERT `bert` under transformers' names (`hf_name`); LoRA/DoRA merged in if `merge` (`bert` is unchanged)"
     if merge: bert = set_merged(copy.deepcopy(bert), True)
-    sd = {k.replace(".base_layer.", "."): v.detach().cpu().contiguous() for k, v in bert.state_dict().items() if "lora_" not in k}
+    sd = {hf_name(bert, k.replace(".base_layer.", ".")): v.detach().cpu().contiguous() for k, v in bert.state_dict().items() if "lora_" not in k}
     if bad := [k for k in sd if any(s in k for s in ("adapter_", "layernorm_by_task", "pal_", "prefix_"))]:
-        raise ExportError(f"the backbone holds modules a BertModel has no place for, e.g. {bad[:3]}; see check_exportable.")
+        raise ExportError(f"the backbone holds modules a {hf_arch(bert)} has no place for, e.g. {bad[:3]}; see check_exportable.")
     return sd
 
+_HF_MPNET = dict(relative_attention_num_buckets=32, relative_attention_max_distance=128)   # fixed in transformers' MPNetModel
+
+def hf_arch(bert) -> str:
+    "transformers' class for minBERT `bert`: 'BertModel', or 'MPNetModel' (refused if its position buckets differ from transformers' fixed ones)"
+    if not isinstance(bert, MPNetModel): return "BertModel"
+    if bad := {k: getattr(bert.config, k) for k, v in _HF_MPNET.items() if getattr(bert.config, k) != v}:
+        raise ExportError(f"this MPNet has {bad}, but transformers' MPNetModel always computes its position bias with {_HF_MPNET}: "
+                          "the export would compute something else, so nothing was written. Use the run folder itself "
+                          "(minbert_nb.Predictor.from_run, minbert_predict).")
+    return "MPNetModel"
+
 def hf_config(bert) -> dict:
-    "The `config.json` fields of transformers' `BertConfig` for minBERT `bert` (the run's dropout included)"
+    "The `config.json` fields of transformers' `BertConfig` (or `MPNetConfig`) for minBERT `bert` (the run's dropout included)"
     d = {k: v for k, v in bert.config.to_dict().items() if k != "attn_implementation"}
+    if hf_arch(bert) == "MPNetModel":   # no token types; the bucket distance is transformers' fixed 128 (checked above)
+        return dict({k: v for k, v in d.items() if k not in ("type_vocab_size", "relative_attention_max_distance")},
+                    model_type="mpnet", architectures=["MPNetModel"])
     return dict(d, model_type="bert", architectures=["BertModel"], position_embedding_type="absolute")
 
 # %% ../nbs/22_export.ipynb #a7e90924
 _INPUTS = {"single": "one sentence: tokenizer(s) -> encoder -> pooling",
            "bi": "each sentence alone: u = pooling(encoder(tokenizer(s1))), v = pooling(encoder(tokenizer(s2)))",
-           "cross": "one sequence: tokenizer(s1, s2), i.e. [CLS] s1 [SEP] s2 [SEP] with token_type_ids 0 then 1 -> encoder -> pooling",
+           "cross": "one sequence: tokenizer(s1, s2), i.e. [CLS] s1 [SEP] s2 [SEP] with token_type_ids 0 then 1 (MPNet: <s> s1 </s></s> s2 </s>) -> encoder -> pooling",
            "both": "the mean of the cosine score of u, v (as 'bi') and the layers' score of the pair (as 'cross')"}
 _FEATURES = {"sum": "u + v", "uv": "concat(u, v)", "uvd": "concat(u, v, |u - v|)", "uvdp": "concat(u, v, |u - v|, u * v)"}
 _POOLINGS = {"cls": "the last hidden state of [CLS] (position 0)", "pooler": "pooler_output: tanh(pooler.dense(h_[CLS]))",
@@ -114,7 +134,7 @@ def heads_export(model, max_length:int|None=None) -> tuple:
         if spec.target != "score": d["classes"] = list(spec.classes)
         tasks[t] = d
     desc = dict(format="minbert_nb task heads", version=1, pooling=mc.pooling, pooling_is=_POOLINGS[mc.pooling], max_length=max_length,
-                tasks=tasks, usage="encoder = the BertModel of this folder; a sentence vector is the pooling of its output. For each task, "
+                tasks=tasks, usage="encoder = the model of this folder (transformers.AutoModel); a sentence vector is the pooling of its output. For each task, "
                 "encode the input as 'input' says, apply 'layers' in order (x @ weight.T + bias, then the activation), then 'predict'.")
     return tensors, desc
 
@@ -130,12 +150,12 @@ def write_heads(model, out, max_length:int|None=None):
 def write_hf(p:Predictor, out):
     "config.json, model.safetensors (LoRA/DoRA merged) and the tokenizer files of `p`'s encoder in folder `out`"
     import transformers
-    out, sd = Path(out), bert_state_dict(p.model.bert)
+    out, sd, arch = Path(out), bert_state_dict(p.model.bert), hf_arch(p.model.bert)
     with quiet_transformers():
-        hf = transformers.BertModel(transformers.BertConfig(**hf_config(p.model.bert)))
+        hf = getattr(transformers, arch)(getattr(transformers, arch.replace("Model", "Config"))(**hf_config(p.model.bert)))
         r = hf.load_state_dict(sd, strict=False)
         if r.missing_keys or r.unexpected_keys:
-            raise ExportError(f"the weights do not fill transformers' BertModel: missing {r.missing_keys[:3]}, unexpected {r.unexpected_keys[:3]}.")
+            raise ExportError(f"the weights do not fill transformers' {arch}: missing {r.missing_keys[:3]}, unexpected {r.unexpected_keys[:3]}.")
         hf.save_pretrained(str(out))
     p.tok.save_pretrained(str(out))
     vocab = resolve_checkpoint(p.cfg.backbone)/"vocab.txt"
@@ -171,10 +191,17 @@ def write_sentence_transformers(p:Predictor, out):
 # %% ../nbs/22_export.ipynb #b4abc02a
 EMBEDDED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"   # the hub id of the embedded backbone, for adapter configs
 
+def hub_id(backbone) -> str:
+    "How an adapter config names `backbone`: the hub id of the embedded or an installed backbone (`INSTALLABLE_BACKBONES`), else as given"
+    if is_embedded(backbone): return EMBEDDED_HUB_ID
+    if key := installable_name(backbone): return INSTALLABLE_BACKBONES[key]["aliases"][0]
+    return str(backbone)
+
 def load_base(p:Predictor):
-    "The run's backbone as transformers' `BertModel`: the base a peft adapter of `p` goes on"
+    "The run's backbone as transformers' `BertModel` (`MPNetModel` for an MPNet): the base a peft adapter of `p` goes on"
     import transformers
-    with quiet_transformers(): return transformers.BertModel.from_pretrained(str(resolve_checkpoint(p.cfg.backbone))).eval()
+    cls = getattr(transformers, hf_arch(p.model.bert))
+    with quiet_transformers(): return cls.from_pretrained(str(resolve_checkpoint(p.cfg.backbone))).eval()
 
 # %% ../nbs/22_export.ipynb #dd2fea85
 def write_peft(p:Predictor, out):
@@ -189,17 +216,17 @@ def write_peft(p:Predictor, out):
                           "the unchanged backbone, so nothing was written; export with --format hf (or sentence-transformers), which "
                           "writes the whole encoder with LoRA/DoRA merged in.")
     layers, pc = {n: m for n, m in p.model.bert.named_modules() if isinstance(m, LoRALinear)}, p.model.peft
-    lc = LoraConfig(r=pc.lora_r, lora_alpha=pc.lora_alpha, lora_dropout=pc.lora_dropout, target_modules=sorted(layers),
+    lc = LoraConfig(r=pc.lora_r, lora_alpha=pc.lora_alpha, lora_dropout=pc.lora_dropout, target_modules=sorted(hf_name(p.model.bert, n) for n in layers),
                     use_dora="dora" in pc.methods, bias="none")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)      # transformers' deprecation notes, raised inside peft
         pm = get_peft_model(base, lc)
         with torch.no_grad():
             for n, l in layers.items():
-                t = pm.base_model.model.get_submodule(n)
+                t = pm.base_model.model.get_submodule(hf_name(p.model.bert, n))
                 t.lora_A["default"].weight.copy_(l.lora_A.weight); t.lora_B["default"].weight.copy_(l.lora_B.weight)
                 if l.dora: t.lora_magnitude_vector["default"].weight.copy_(l.lora_magnitude)
-        pm.peft_config["default"].base_model_name_or_path = EMBEDDED_HUB_ID if is_embedded(p.cfg.backbone) else str(p.cfg.backbone)
+        pm.peft_config["default"].base_model_name_or_path = hub_id(p.cfg.backbone)
         pm.save_pretrained(str(out), save_embedding_layers=False)
     p.tok.save_pretrained(str(out))
 
@@ -281,7 +308,7 @@ def export_run(run_dir, out, fmt:str="hf", overwrite:bool=False, verify:bool=Tru
 @cli
 def minbert_export(run_dir:str,      # a minbert_train run folder (config.json, best.pt)
                    out:str,          # the folder to write (must not exist, or be empty, unless --overwrite)
-                   format:str="hf",  # hf (a transformers BERT folder) | sentence-transformers (st) | peft (a LoRA/DoRA adapter)
+                   format:str="hf",  # hf (a transformers BERT or MPNet folder) | sentence-transformers (st) | peft (a LoRA/DoRA adapter)
                    overwrite:bool=False,  # replace OUT if an earlier minbert_export wrote it (nothing else is ever replaced)
                    verify:bool=True):     # load the export back with its library and compare (--verify false skips it)
     """Export a minbert_train run folder for transformers, sentence-transformers or peft (the task heads go beside it:

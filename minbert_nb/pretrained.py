@@ -18,9 +18,9 @@ from .bert import *
 __all__ = ['EMBEDDED_NAMES', 'WEIGHT_FILES', 'HUB_FILES', 'INSTALLABLE_BACKBONES', 'MPNET_RENAMES', 'KNOWN_CONFIGS',
            'MPNET_SPECIAL_TOKENS', 'CheckpointError', 'is_embedded', 'backbone_name', 'embedded_backbone_path',
            'check_checkpoint_dir', 'backbones_dir', 'installable_name', 'installed_backbone_path', 'resolve_checkpoint',
-           'read_state_dict', 'normalize_hf_keys', 'LoadReport', 'load_weights', 'model_type', 'read_config',
-           'encoder_for', 'load_bert', 'random_bert', 'write_mpnet_tokenizer', 'tiny_backbone', 'load_tokenizer',
-           'tokenize', 'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
+           'read_state_dict', 'normalize_hf_keys', 'mpnet_hf_name', 'LoadReport', 'load_weights', 'model_type',
+           'read_config', 'encoder_for', 'load_bert', 'random_bert', 'write_mpnet_tokenizer', 'tiny_backbone',
+           'load_tokenizer', 'tokenize', 'quiet_transformers', 'mean_pool', 'embed_sentences', 'demo_similarity']
 
 # %% ../nbs/02a_pretrained.ipynb #55587b7a
 EMBEDDED_NAMES = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "minilm", "embedded")
@@ -131,6 +131,13 @@ def normalize_hf_keys(sd:dict) -> dict:
         out[k] = v
     return out
 
+# %% ../nbs/02a_pretrained.ipynb #290ae5b3
+def mpnet_hf_name(name:str) -> str:
+    "An MPNet's module or parameter `name` in minBERT as transformers' `MPNetModel` names it: `MPNET_RENAMES` read backwards"
+    n = f".{name}."
+    for theirs, ours in MPNET_RENAMES.items(): n = n.replace(ours, theirs.replace("\\", ""))   # the patterns' dots are escaped
+    return n[1:-1]
+
 # %% ../nbs/02a_pretrained.ipynb #221a3dd8
 @dataclass
 class LoadReport:
@@ -217,9 +224,10 @@ def tiny_backbone(folder, config:BertConfig|None=None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0); sd = encoder_for(config).state_dict()
-    save_file({k: v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
     kind = "mpnet" if isinstance(config, MPNetConfig) else "bert"
-    (folder/"config.json").write_text(json.dumps(dict(config.to_dict(), model_type=kind, architectures=["MPNetModel" if kind == "mpnet" else "BertModel"]), indent=2))
+    save_file({(mpnet_hf_name(k) if kind == "mpnet" else k): v.contiguous() for k, v in sd.items()}, str(folder/"model.safetensors"))
+    d = {k: v for k, v in config.to_dict().items() if k != "attn_implementation"}   # minBERT's kernel choice, not the checkpoint's
+    (folder/"config.json").write_text(json.dumps(dict(d, model_type=kind, architectures=["MPNetModel" if kind == "mpnet" else "BertModel"]), indent=2))
     src = resolve_checkpoint(None)
     if kind == "mpnet": return write_mpnet_tokenizer(folder, src/"vocab.txt")
     for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

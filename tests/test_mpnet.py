@@ -1,7 +1,8 @@
 """minBERT's MPNet against transformers.MPNetModel loaded from the same checkpoint folder: a small random MPNet here, and
 all-mpnet-base-v2 itself when it is installed (`minbert_data --backbone all-mpnet-base-v2`); PEFT methods and a short
-multitask run on a tiny MPNet"""
-import copy, json, math
+multitask run on a tiny MPNet; a LoRA run on it exported (hf, sentence-transformers, peft) and loaded back by each library"""
+import copy, json, math, warnings
+from pathlib import Path
 import pytest, torch
 import transformers
 from minbert_nb.core import count_params, set_seed
@@ -246,3 +247,81 @@ def test_real_sentence_embeddings_match_sentence_transformers(real):
     assert (e - ref).abs().max() < 1e-5
     sim = e @ e.T
     assert sim[0, 1] > 0.5 > sim[0, 2]
+
+
+# ---- an MPNet run exported (22_export): transformers, sentence-transformers and peft load it back and compute what minbert_nb computes
+
+@pytest.fixture(scope="module")
+def lora_run(tmp_path_factory, small_data, tiny_mpnet_dir):
+    "A short LoRA run (backbone frozen) on the tiny MPNet, its adapters trained: the merge and the adapter are not the identity"
+    from minbert_nb.config import preset_config
+    from minbert_nb.train import train
+    out = tmp_path_factory.mktemp("mpnet-lora") / "run"
+    train(preset_config("quick", backbone=tiny_mpnet_dir, out=str(out), data_dir=str(small_data), steps_per_epoch=2, epochs=1, batch_size=4,
+                        train_limit=16, dev_limit=8, eval_batch_size=16, sst_phrases=False, predict_test=False, peft="lora", mode="pretrain",
+                        lora_r=4, lora_targets="query,value,attention_output,output", lr_adapters=1e-2, amp="off"), progress=False)
+    return out
+
+@pytest.fixture(scope="module")
+def lora_pred(lora_run):
+    from minbert_nb.predictor import Predictor
+    return Predictor.from_run(lora_run, device="cpu", amp="off")
+
+def _export_diffs(theirs, ours, tok):
+    "Largest |difference| of hidden states (real tokens) and pooler outputs, on single sentences and on pairs"
+    diffs = [_diffs(theirs(**enc), ours(**enc), enc) for enc in (tokenize(tok, SENTS), tokenize(tok, *PAIRS))]
+    return max(d for d, _ in diffs), max(p for _, p in diffs)
+
+def test_mpnet_run_exports_as_a_transformers_mpnet(lora_run, lora_pred, tmp_path):
+    from minbert_nb.export import export_run
+    res = export_run(lora_run, tmp_path / "hf", "hf")                   # checked by loading it back (verify_export)
+    assert res["checked"]["max_abs_diff"] <= 1e-5 and res["checked"]["pooler_max_abs_diff"] <= 1e-5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                                  # any warning while loading fails the test
+        with quiet_transformers(): hf, info = transformers.AutoModel.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    assert type(hf) is transformers.MPNetModel and not any(info.values()), info
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "mpnet"
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(tok).__name__.startswith("MPNetTokenizer")
+    with torch.no_grad(): d_h, d_p = _export_diffs(hf.eval(), lora_pred.model.bert.eval(), tok)
+    print(f"[hf export of an MPNet LoRA run] max |diff| last_hidden_state={d_h:.2e} pooler_output={d_p:.2e}")
+    assert d_h <= 1e-5 and d_p <= 1e-5
+    from safetensors.torch import load_file                             # LoRA merged: the exported query is not the backbone's
+    base = load_file(str(Path(lora_pred.cfg.backbone) / "model.safetensors"))["encoder.layer.0.attention.attn.q.weight"]
+    assert (hf.encoder.layer[0].attention.attn.q.weight - base).abs().max() > 1e-4
+    assert type(load_bert(tmp_path / "hf")) is MPNetModel               # and a minbert_nb backbone: --backbone OUT
+
+def test_mpnet_run_exports_for_sentence_transformers(lora_run, lora_pred, tmp_path, capsys):
+    from sentence_transformers import SentenceTransformer
+    from minbert_nb.export import minbert_export
+    minbert_export([str(lora_run), str(tmp_path / "st"), "--format", "st"])
+    assert "smallest cosine with Predictor.embed" in capsys.readouterr().out
+    with quiet_transformers(): st = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    assert type(st[0].auto_model) is transformers.MPNetModel and [type(m).__name__ for m in st] == ["Transformer", "Pooling", "Normalize"]
+    e, r = torch.as_tensor(st.encode(SENTS, convert_to_tensor=True)).float(), lora_pred.embed(SENTS, normalize=True)
+    print(f"[sentence-transformers export of an MPNet LoRA run] max |diff| {(e - r).abs().max().item():.2e}")
+    assert (e - r).abs().max() <= 1e-5
+
+def test_mpnet_run_exports_as_a_peft_adapter_on_transformers_mpnet(lora_run, lora_pred, tmp_path):
+    from peft import PeftModel
+    from minbert_nb.export import export_run
+    export_run(lora_run, tmp_path / "peft", "peft")
+    cfg = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    L = lora_pred.model.bert.config.num_hidden_layers
+    assert set(cfg["target_modules"]) == {f"encoder.layer.{i}.{n}" for i in range(L)
+                                          for n in ("attention.attn.q", "attention.attn.v", "attention.attn.o", "output.dense")}
+    assert cfg["base_model_name_or_path"] == str(lora_pred.cfg.backbone)
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        pm = PeftModel.from_pretrained(transformers.MPNetModel.from_pretrained(lora_pred.cfg.backbone), str(tmp_path / "peft")).eval()
+    with torch.no_grad(): d_h, d_p = _export_diffs(pm, lora_pred.model.bert.eval(), lora_pred.tok)
+    print(f"[peft export of an MPNet LoRA run] max |diff| last_hidden_state={d_h:.2e} pooler_output={d_p:.2e}")
+    assert d_h <= 1e-5 and d_p <= 1e-5
+
+def test_mpnet_buckets_transformers_cannot_compute_are_refused(lora_pred, tmp_path):
+    from minbert_nb.export import ExportError, export_predictor
+    p = copy.copy(lora_pred); p.model = copy.deepcopy(lora_pred.model)
+    p.model.bert.config.relative_attention_max_distance = 64           # transformers' MPNetModel always uses 128
+    for fmt in ("hf", "st", "peft"):
+        with pytest.raises(ExportError, match="relative_attention_max_distance.*nothing was written"): export_predictor(p, tmp_path / fmt, fmt)
+        assert not (tmp_path / fmt).exists() and not list(tmp_path.glob(f".{fmt}.partial-*"))

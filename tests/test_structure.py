@@ -14,6 +14,8 @@ def test_main_names_import_from_the_package():
         assert getattr(minbert_nb, name) is getattr(importlib.import_module(f"minbert_nb.{home}"), name), name
     from minbert_nb import TrainConfig, MultitaskBert, load_run, PeftConfig   # as `from transformers import BertModel`
     assert issubclass(TrainConfig, MultitaskBert.__init__.__globals__["ModelConfig"]) and callable(load_run) and PeftConfig
+    from minbert_nb import BertModel, BertConfig, MPNetModel, MPNetConfig    # the MPNet backbone beside BERT's
+    assert issubclass(MPNetModel, BertModel) and issubclass(MPNetConfig, BertConfig) and "MPNetModel" in minbert_nb.__all__
 
 
 def _imports(path:Path) -> set:

@@ -122,6 +122,28 @@ def test_max_length_from_a_local_backbone_folder(tmp_path):
     with pytest.raises(ValueError, match=r"--max_length 65: expected a whole number in \[3, 64\]"): TrainConfig(backbone=str(tmp_path), max_length=65)
 
 
+@pytest.mark.parametrize("model_type, pad, usable", [("mpnet", 1, 512), ("roberta", 1, 512), ("xlm-roberta", None, 512), ("mpnet", 0, 513), ("bert", 0, 514)])
+def test_max_length_counts_positions_from_the_padding_row(tmp_path, model_type, pad, usable):
+    "MPNet and RoBERTa number positions from pad_token_id + 1: a 514-row table holds 512 tokens (pad_token_id 1 when unset)"
+    (tmp_path/"config.json").write_text(json.dumps(dict(model_type=model_type, max_position_embeddings=514, **({} if pad is None else dict(pad_token_id=pad)))))
+    assert backbone_positions(tmp_path) == usable
+    assert TrainConfig(backbone=str(tmp_path), max_length=usable).max_length == usable
+    with pytest.raises(ValueError, match=rf"--max_length {usable + 1}: expected a whole number in \[3, {usable}\]"):
+        TrainConfig(backbone=str(tmp_path), max_length=usable + 1)
+
+
+def test_max_length_of_an_installed_backbone(tmp_path, monkeypatch):
+    "An installed backbone named by its name (or hub id) is read from its folder; not installed, the build says how to install it"
+    from minbert_nb.pretrained import tiny_backbone
+    from minbert_nb.bert import tiny_mpnet_config
+    tiny_backbone(tmp_path/"all-mpnet-base-v2", tiny_mpnet_config(vocab_size=30527, max_position_embeddings=514))
+    monkeypatch.setenv("MINBERT_BACKBONES", str(tmp_path))
+    assert backbone_positions("sentence-transformers/all-mpnet-base-v2") == 512
+    with pytest.raises(ValueError, match=r"--max_length 513: expected a whole number in \[3, 512\]"): TrainConfig(backbone="all-mpnet-base-v2", max_length=513)
+    monkeypatch.setenv("MINBERT_BACKBONES", str(tmp_path/"elsewhere"))
+    assert backbone_positions("all-mpnet-base-v2") is None and TrainConfig(backbone="all-mpnet-base-v2", max_length=513).max_length == 513
+
+
 @pytest.mark.parametrize("name", ["hidden_dropout", "attention_dropout", "head_dropout", "lora_dropout"])
 def test_dropouts_are_probabilities(name):
     for v in (1.5, 1.0, -0.1):
