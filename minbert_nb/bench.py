@@ -160,7 +160,7 @@ def bench_adamw(model, warmup:int=3, reps:int=10, lr:float=1e-5, weight_decay:fl
     m = {k: statistics.median(v) * 1e3 for k, v in t.items()}
     return dict(adamw_minbert_step_ms=m["minbert"], adamw_torch_step_ms=m["torch"], adamw_ratio=m["torch"] / m["minbert"])
 
-# %% ../nbs/24_bench.ipynb #9e5412cc
+# %% ../nbs/24_bench.ipynb #d40ea417
 def _device_name(device) -> str:
     device = torch.device(device)
     if device.type == "cuda": return torch.cuda.get_device_name(device)
@@ -169,6 +169,13 @@ def _device_name(device) -> str:
             if line.startswith("model name"): return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
+def _env(device, dtype, warmup, reps) -> dict:
+    import transformers
+    return dict(device=str(device), device_name=_device_name(device), dtype=dtype, warmup=warmup, reps=reps,
+                threads=torch.get_num_threads(), torch_version=torch.__version__, transformers_version=transformers.__version__,
+                optimizer="minbert_nb.optimizer.AdamW for both models")
+
+# %% ../nbs/24_bench.ipynb #95c742cc
 def _bench_pair(mb, hf, batch:dict, dtype:str, warmup:int, reps:int, train:bool=True, memory:bool=True, adamw:bool=True,
                 compile:bool|str=False) -> dict:
     "Median seconds per forward and per training step, peak training memory and AdamW step times of `mb` vs `hf` (both `torch.compile`d if `compile`: True or a backend)"
@@ -198,12 +205,7 @@ def _bench_pair(mb, hf, batch:dict, dtype:str, warmup:int, reps:int, train:bool=
     for m in models.values(): m.eval()
     return r
 
-def _env(device, dtype, warmup, reps) -> dict:
-    import transformers
-    return dict(device=str(device), device_name=_device_name(device), dtype=dtype, warmup=warmup, reps=reps,
-                threads=torch.get_num_threads(), torch_version=torch.__version__, transformers_version=transformers.__version__,
-                optimizer="minbert_nb.optimizer.AdamW for both models")
-
+# %% ../nbs/24_bench.ipynb #98f86829
 def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=None, dtype:str|None=None, warmup:int=3, reps:int=10,
                  data_dir=None, sentences:list|None=None, train:bool=True, config:BertConfig|None=None, memory:bool=True,
                  adamw:bool=True, unpad:bool=True, compile:bool|str=False) -> dict:
@@ -213,12 +215,12 @@ def bench_models(backbone=None, batch_size:int=32, max_length:int=128, device=No
     tuned = device.type == "cpu" and tune_cpu_allocator()   # as training does (00_core): freed step buffers are reused
     dtype = dtype or ("bf16" if device.type == "cuda" else "fp32")
     if dtype not in ("fp32", "bf16"): raise ValueError(f"dtype={dtype!r}: expected 'fp32' or 'bf16'.")
-    src = "given sentences"
-    if sentences is None: sentences, src = bench_sentences(batch_size, data_dir)
-    sentences = list(sentences)[:batch_size]
     if isinstance(config, MPNetConfig) and backbone is None:
         raise ValueError("config is an MPNetConfig: its batch needs MPNet's tokenizer (<pad> is 1, not BERT's 0); pass backbone= an MPNet "
                          "folder or all-mpnet-base-v2 for it.")
+    src = "given sentences"
+    if sentences is None: sentences, src = bench_sentences(batch_size, data_dir)
+    sentences = list(sentences)[:batch_size]
     mb, hf = load_pair(backbone, config, device)
     mb.unpad = unpad
     batch = tokenize(load_tokenizer(backbone), sentences, max_length=max_length, device=device)
@@ -349,7 +351,7 @@ def bench_epoch(preset:str="quick", data_dir=None, bucket=(False, True), steps:i
     if len(bucket) == 2 and set(bucket) == {False, True}: r["epoch_bucket_speedup"] = r["epoch_bucket_ex_s"] / r["epoch_nobucket_ex_s"]
     return r
 
-# %% ../nbs/24_bench.ipynb #db923a1b
+# %% ../nbs/24_bench.ipynb #d3a8b24c
 def bench_peft(methods=("none", "pal", "prefix", "adapter", "lora", "dora"), modes=("pretrain", "finetune"), batch_size:int=32,
                max_length:int=64, device=None, warmup:int=2, reps:int=7, data_dir=None, config:BertConfig|None=None, **sizes) -> dict:
     "Median training-step seconds of the multitask model with each PEFT module and mode, and the ratio to no module"
@@ -377,6 +379,7 @@ def bench_peft(methods=("none", "pal", "prefix", "adapter", "lora", "dora"), mod
         if f"none/{mode}" in t: r[f"{k}/ratio"] = r[f"{k}/step_s"] / r[f"none/{mode}/step_s"]
     return r
 
+# %% ../nbs/24_bench.ipynb #3230692e
 def format_peft(r:dict) -> str:
     "A `bench_peft` result as a table: trainable parameters, step time, ratio to no module"
     keys = sorted({k.rsplit("/", 1)[0] for k in r if k.endswith("/step_s")}, key=lambda k: (k.split("/")[1], k))
@@ -385,7 +388,7 @@ def format_peft(r:dict) -> str:
         out.append(f"{k:22s}{r[k + '/trainable']:>14,d}{1000 * r[k + '/step_s']:>10.1f}{r.get(k + '/ratio', float('nan')):>8.2f}")
     return "\n".join(out)
 
-# %% ../nbs/24_bench.ipynb #770b3e95
+# %% ../nbs/24_bench.ipynb #d47453d1
 def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=None, rounds:int=3, warmup:int=3, reps:int=10,
                  data_dir=None, config:BertConfig|None=None, unpad:bool=True) -> dict:
     "fp32 and bf16 `bench_models` back to back, `rounds` times: sentences/s per round and the ratios' median, min and max"
@@ -406,6 +409,7 @@ def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=No
             r[f"{k}_{what}_bf16_over_fp32"] = spread([b[f"{k}_{what}_sent_s"] / f[f"{k}_{what}_sent_s"] for f, b in zip(per["fp32"], per["bf16"])])
     return r
 
+# %% ../nbs/24_bench.ipynb #f11b212a
 def format_dtypes(r:dict) -> str:
     "A `bench_dtypes` result as a table: sentences/s (median of the rounds) and ratios (median, [min, max])"
     med = lambda xs: statistics.median(xs)

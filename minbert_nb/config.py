@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse, contextvars, functools, json, os, types, typing
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
+from fastcore.basics import patch
 from .core import arg_parser, add_arg, BertConfig
 from .pretrained import is_embedded, embedded_backbone_path, KNOWN_CONFIGS, CheckpointError, installable_name, installed_backbone_path
 from .optimizer import SCHEDULES
@@ -49,7 +50,7 @@ def backbone_positions(backbone) -> int|None:
     if str(backbone) in KNOWN_CONFIGS: return BertConfig(**KNOWN_CONFIGS[str(backbone)]).max_position_embeddings
     return None
 
-# %% ../nbs/08c_config.ipynb #2b554852
+# %% ../nbs/08c_config.ipynb #d818cf13
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from (and any pair task with `positive_at`)
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
 
@@ -57,6 +58,7 @@ def parse_tasks(v) -> tuple:
     "Task names as a tuple, from a comma list (`'sst,para'`, as on the command line) or any sequence"
     return tuple(t.strip() for t in v.split(",")) if isinstance(v, str) else tuple(v)
 
+# %% ../nbs/08c_config.ipynb #c893afa9
 # The values each numeric field of the run may take (the model's and the PEFT modules' are in MODEL_RANGES and PEFT_RANGES);
 # max_length is also bounded by the backbone's position table (`backbone_positions`)
 _LR, _WEIGHT = Range(0, note="a learning rate"), Range(0, note="a weight; 0 turns it off")
@@ -77,6 +79,7 @@ TRAIN_RANGES = dict(
     checkpoint_every=Range(0, note="optimizer steps; 0: at epoch ends only"))
 FIELD_RANGES = {**PEFT_RANGES, **MODEL_RANGES, **TRAIN_RANGES}   # every numeric field of TrainConfig
 
+# %% ../nbs/08c_config.ipynb #c9974f32
 _FIT_BACKBONE = contextvars.ContextVar("fit_backbone", default=True)   # off while `saved_config` reads a finished run
 
 def _home(s):
@@ -92,6 +95,7 @@ def _type_hints(cls) -> dict:
     "A config class's field types (read once: a plan builds thousands of configs)"
     return typing.get_type_hints(cls)
 
+# %% ../nbs/08c_config.ipynb #3560c03e
 @dataclass
 class TrainConfig(ModelConfig):
     "Everything that defines a training run: the model's fields (`ModelConfig`, with its PEFT settings), and the run's own below"
@@ -188,75 +192,99 @@ class TrainConfig(ModelConfig):
         if _FIT_BACKBONE.get() and (n := backbone_positions(self.backbone)) and self.max_length > n:
             raise ValueError(f"--max_length {self.max_length}: expected a whole number in [{TRAIN_RANGES['max_length'].lo}, {n}] (the backbone's "
                              f"position table: {n} tokens; a cross-encoder pair counts both sentences).")
-        if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
-        if self.schedule not in SCHEDULES: raise ValueError(f"--schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}.")
-        if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
-        if self.compile_mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
-            raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")
-        if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
-            raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
-        known = dict.fromkeys([*CONTRASTIVE_SOURCES, *(t.name for t in TASKS.values() if t.is_pair and t.positive_at is not None)])
-        bad = set(self.contrastive_sources.split(",")) - set(known)
-        if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(known)}.")
+        self._check_run_choices()               # each setting among its allowed values
         if self.model_tasks is not None: self.model_tasks = parse_tasks(self.model_tasks)
-        if self.distill_weight and not self.distill_from:
-            raise ValueError(f"distill_weight={self.distill_weight} needs teachers: give --distill_from RUN_DIR (a finished run with best.pt; "
-                             "a comma list for several), or 'previous' in a later phase of --phases.")
-        if self.distill_from and not self.distill_weight:
-            raise ValueError(f"distill_from={self.distill_from!r} is set but distill_weight is 0, so the teachers would be loaded and ignored; "
-                             "give --distill_weight (e.g. 1.0), or drop --distill_from.")
-        if self.quora_implied not in (None, "both", "duplicates", "non-duplicates"):
-            raise ValueError(f"quora_implied={self.quora_implied!r}: expected both, duplicates or non-duplicates (or leave it out).")
-        if self.contrastive_only and not self.contrastive_weight:
-            raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
-        if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
-            raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
-                             f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
-                             "(the step would be plain training). Add --sampler simultaneous, or drop --pcgrad.")
-        if self.pcgrad and self.phases is None and len(set(self.tasks) | set(self.model_tasks or ())) < 2:   # a phase: model_tasks are the run's
-            raise ValueError(f"--pcgrad: PCGrad projects the gradients of different tasks against each other, and this run trains one task "
-                             f"({', '.join(self.tasks)}), so there is nothing to project; drop --pcgrad, or train two tasks or more (--tasks).")
-        for name in ("upweight", "task_weights"):   # a key that names no task would be ignored
-            for t, w in (getattr(self, name) or {}).items():
-                if t not in TASKS:
-                    raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASKS)}.")
-                if w not in _WEIGHT: raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t}: expected a number >= 0 (a weight).")
+        self._check_run_together()                # settings that only make sense with others
 
-    def _expand_home(self):
-        "A leading `~` in the paths (out, data_dir, a backbone folder, distill_from's entries, a phases file, extra_train's paths) is the home folder"
-        self.out, self.data_dir, self.backbone, self.task_file = _home(self.out), _home(self.data_dir), _home(self.backbone), _home(self.task_file)
-        if isinstance(self.phases, str): self.phases = _home(self.phases)   # a file; a JSON list starts with [
-        if self.distill_from and any(s.strip().startswith("~") for s in self.distill_from.split(",")):
-            self.distill_from = ",".join(_home(s.strip()) for s in self.distill_from.split(","))
-        if self.extra_train and any(isinstance(e, dict) and _home(e.get("path")) != e.get("path") for e in self.extra_train):
-            self.extra_train = [dict(e, path=_home(e["path"])) if isinstance(e, dict) and "path" in e else e for e in self.extra_train]
 
-    def _check_types(self):
-        "Refuse values of the wrong type (config files and flags are user input); ints become floats and lists tuples"
-        hints = _type_hints(type(self))
-        for f in fields(self):
-            v, h = getattr(self, f.name), hints[f.name]
-            allowed = typing.get_args(h) if typing.get_origin(h) in (typing.Union, types.UnionType) else (h,)
-            if v is None and type(None) in allowed: continue
-            if float in allowed and isinstance(v, int) and not isinstance(v, bool): setattr(self, f.name, float(v)); continue
-            if tuple in allowed and isinstance(v, list): setattr(self, f.name, tuple(v)); continue
-            ok = [a for a in allowed if a is not type(None)]
-            if not isinstance(v, tuple(ok)) or (isinstance(v, bool) and bool not in ok):
-                names = " or ".join(a.__name__ for a in allowed)
-                raise ValueError(f"field {f.name}={v!r} ({type(v).__name__}): expected {names}.")
+# %% ../nbs/08c_config.ipynb #111e8e65
+@patch
+def _check_run_choices(self:TrainConfig):
+    "Refuse a setting that is not one of its allowed values (a sampler, a schedule, amp, a compile mode, the contrastive sources, ...)"
+    if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
+    if self.schedule not in SCHEDULES: raise ValueError(f"--schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}.")
+    if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
+    if self.compile_mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")
+    if isinstance(self.sst_phrases, str) and self.sst_phrases != "auto":
+        raise ValueError(f"sst_phrases={self.sst_phrases!r}: expected true, false or auto.")
+    known = dict.fromkeys([*CONTRASTIVE_SOURCES, *(t.name for t in TASKS.values() if t.is_pair and t.positive_at is not None)])
+    bad = set(self.contrastive_sources.split(",")) - set(known)
+    if bad: raise ValueError(f"contrastive_sources={self.contrastive_sources!r}: unknown {sorted(bad)}; expected a comma list of {', '.join(known)}.")
+    if self.quora_implied not in (None, "both", "duplicates", "non-duplicates"):
+        raise ValueError(f"quora_implied={self.quora_implied!r}: expected both, duplicates or non-duplicates (or leave it out).")
 
-    def model_config(self) -> ModelConfig:
-        "Just the model's settings (with `model_tasks`' heads when a phase trains fewer tasks than its model has)"
-        kw = {f.name: getattr(self, f.name) for f in fields(ModelConfig)}
-        if self.model_tasks: kw["tasks"] = tuple(self.model_tasks)
-        return ModelConfig(**kw)
 
-    def schedule_config(self) -> ScheduleConfig:
-        kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
-        return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
-                              upweight=self.upweight if kind in SAMPLED_KINDS else None,
-                              anchor=CS224N_TASKS[0] if CS224N_TASKS[0] in self.tasks else self.tasks[0])
+# %% ../nbs/08c_config.ipynb #aa692af0
+@patch
+def _check_run_together(self:TrainConfig):
+    "Refuse settings that do nothing without another one (teachers without a weight, PCGrad without two tasks in one step, ...)"
+    if self.distill_weight and not self.distill_from:
+        raise ValueError(f"distill_weight={self.distill_weight} needs teachers: give --distill_from RUN_DIR (a finished run with best.pt; "
+                         "a comma list for several), or 'previous' in a later phase of --phases.")
+    if self.distill_from and not self.distill_weight:
+        raise ValueError(f"distill_from={self.distill_from!r} is set but distill_weight is 0, so the teachers would be loaded and ignored; "
+                         "give --distill_weight (e.g. 1.0), or drop --distill_from.")
+    if self.contrastive_only and not self.contrastive_weight:
+        raise ValueError("contrastive_only=True trains on contrastive batches alone: give --contrastive_weight > 0 (e.g. 1.0).")
+    if self.pcgrad and self.sampler != "simultaneous" and len(self.tasks) > 1:
+        raise ValueError(f"pcgrad=True needs sampler='simultaneous': PCGrad projects the tasks' gradients of one step against each "
+                         f"other, and with sampler={self.sampler!r} a step holds one task's batch, so there is nothing to project "
+                         "(the step would be plain training). Add --sampler simultaneous, or drop --pcgrad.")
+    if self.pcgrad and self.phases is None and len(set(self.tasks) | set(self.model_tasks or ())) < 2:   # a phase: model_tasks are the run's
+        raise ValueError(f"--pcgrad: PCGrad projects the gradients of different tasks against each other, and this run trains one task "
+                         f"({', '.join(self.tasks)}), so there is nothing to project; drop --pcgrad, or train two tasks or more (--tasks).")
+    for name in ("upweight", "task_weights"):   # a key that names no task would be ignored
+        for t, w in (getattr(self, name) or {}).items():
+            if t not in TASKS:
+                raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASKS)}.")
+            if w not in _WEIGHT: raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t}: expected a number >= 0 (a weight).")
 
+
+# %% ../nbs/08c_config.ipynb #d84c7c65
+@patch
+def _expand_home(self:TrainConfig):
+    "A leading `~` in the paths (out, data_dir, a backbone folder, distill_from's entries, a phases file, extra_train's paths) is the home folder"
+    self.out, self.data_dir, self.backbone, self.task_file = _home(self.out), _home(self.data_dir), _home(self.backbone), _home(self.task_file)
+    if isinstance(self.phases, str): self.phases = _home(self.phases)   # a file; a JSON list starts with [
+    if self.distill_from and any(s.strip().startswith("~") for s in self.distill_from.split(",")):
+        self.distill_from = ",".join(_home(s.strip()) for s in self.distill_from.split(","))
+    if self.extra_train and any(isinstance(e, dict) and _home(e.get("path")) != e.get("path") for e in self.extra_train):
+        self.extra_train = [dict(e, path=_home(e["path"])) if isinstance(e, dict) and "path" in e else e for e in self.extra_train]
+
+# %% ../nbs/08c_config.ipynb #ffba6612
+@patch
+def _check_types(self:TrainConfig):
+    "Refuse values of the wrong type (config files and flags are user input); ints become floats and lists tuples"
+    hints = _type_hints(type(self))
+    for f in fields(self):
+        v, h = getattr(self, f.name), hints[f.name]
+        allowed = typing.get_args(h) if typing.get_origin(h) in (typing.Union, types.UnionType) else (h,)
+        if v is None and type(None) in allowed: continue
+        if float in allowed and isinstance(v, int) and not isinstance(v, bool): setattr(self, f.name, float(v)); continue
+        if tuple in allowed and isinstance(v, list): setattr(self, f.name, tuple(v)); continue
+        ok = [a for a in allowed if a is not type(None)]
+        if not isinstance(v, tuple(ok)) or (isinstance(v, bool) and bool not in ok):
+            names = " or ".join(a.__name__ for a in allowed)
+            raise ValueError(f"field {f.name}={v!r} ({type(v).__name__}): expected {names}.")
+
+# %% ../nbs/08c_config.ipynb #e6517947
+@patch
+def model_config(self:TrainConfig) -> ModelConfig:
+    "Just the model's settings (with `model_tasks`' heads when a phase trains fewer tasks than its model has)"
+    kw = {f.name: getattr(self, f.name) for f in fields(ModelConfig)}
+    if self.model_tasks: kw["tasks"] = tuple(self.model_tasks)
+    return ModelConfig(**kw)
+
+@patch
+def schedule_config(self:TrainConfig) -> ScheduleConfig:
+    "The run's task schedule: its sampler (round-robin for one task), steps per epoch, seed and upweights"
+    kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
+    return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
+                          upweight=self.upweight if kind in SAMPLED_KINDS else None,
+                          anchor=CS224N_TASKS[0] if CS224N_TASKS[0] in self.tasks else self.tasks[0])
+
+# %% ../nbs/08c_config.ipynb #b139cebd
 # Fields added after runs were saved, with the value those runs had: a run folder written before a field existed still builds
 # the model it trained (adapters with shared LayerNorms; PAL attention with the backbone's head count)
 LEGACY_FIELDS = {"adapter_layernorm": "shared", "pal_heads": None}
