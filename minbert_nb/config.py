@@ -132,7 +132,7 @@ class TrainConfig(ModelConfig):
     # --- optimisation
     lr_backbone: float = 1e-5        # pretrained weights: small steps
     lr_heads: float = 1e-3           # fresh heads: larger steps
-    lr_adapters: float = 1e-3        # PEFT modules (later issues)
+    lr_adapters: float = 1e-3        # PEFT modules (05_heads onwards)
     layer_decay: float = 1.0         # layer-wise lr decay (03_optimizer): each encoder layer below the top gets this times the rate above; 1 = off
     weight_decay: float = 0.0
     schedule: str = "linear"         # linear | noam | constant (all with warmup)
@@ -346,7 +346,7 @@ for _p in ("lora", "dora"):
     PRESETS[f"002-{_p}"] = dict(_T4_SCALE, **_T4_BACKBONES["sbert"], peft=_p, mode="pretrain", lora_r=16, lora_alpha=32.0,
                                 lora_targets="query,value", lr_adapters=2e-4, schedule="linear", sampler="annealed",
                                 upweight={"sst": 2, "sts": 2})
-# Multitask optimisation at the quick budget (the closing table of the optimisation issue): every task in every step
+# Multitask optimisation at the quick budget (the closing table of the optimisation study): every task in every step
 # (simultaneous, as Wang (004)), 240 steps = the quick preset's 720 task batches, gradient conflicts measured every 20 steps.
 # Each row changes one thing; the phase rows keep the same 720 batches (240 in the first phase, 160 x 3 in the second)
 _OPT = dict(PRESETS["quick"], sampler="simultaneous", steps_per_epoch=240, grad_conflicts=True, grad_conflicts_every=20)
