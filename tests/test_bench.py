@@ -63,21 +63,19 @@ def test_cli_writes_json(tmp_path):
     assert "ratio" in p.stdout and "wrote" in p.stdout
 
 
-def test_mpnet_backbone_against_transformers_mpnet(tmp_path):
-    "A tiny MPNet folder on the command line: minBERT's MPNetModel against transformers' (eager attention), fp32 and bf16"
+def test_mpnet_backbone_against_transformers_mpnet(tmp_path, capsys):
+    "A tiny MPNet folder on the command line (run in this process: the console script is checked above): minBERT's MPNetModel against transformers' (eager attention), fp32 and bf16"
     from minbert_nb.bert import tiny_mpnet_config
     from minbert_nb.pretrained import tiny_backbone
+    from minbert_nb.bench import minbert_bench
     folder = tiny_backbone(tmp_path / "tiny-mpnet", tiny_mpnet_config(vocab_size=30527, max_position_embeddings=514))
-    script, out = tmp_path / "minbert_bench_script.py", tmp_path / "bench.json"
-    script.write_text("import sys\nfrom minbert_nb.bench import minbert_bench\nsys.exit(minbert_bench())\n")
-    p = subprocess.run([sys.executable, str(script), "--backbone", str(folder), "--dtype", "both", "--rounds", "1", "--batch-size", "2",
-                        "--max-length", "8", "--warmup", "0", "--reps", "1", "--threads", "1", "--device", "cpu", "--json", str(out),
-                        "--data_dir", str(SAMPLE)], capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert p.returncode == 0, p.stderr[-2000:]
+    out = tmp_path / "bench.json"
+    minbert_bench(["--backbone", str(folder), "--dtype", "both", "--rounds", "1", "--batch-size", "2", "--max-length", "8", "--warmup", "0",
+                   "--reps", "1", "--threads", "1", "--device", "cpu", "--json", str(out), "--data_dir", str(SAMPLE)])
     r = json.loads(out.read_text())
     assert (r["hf_class"], r["hf_attn"], r["backbone"]) == ("MPNetModel", "eager", str(folder))
     assert all(v > 0 for k in ("minbert", "hf") for dt in ("fp32", "bf16") for v in r[f"{k}_{dt}_train_sent_s"])
-    assert "HF: transformers' MPNetModel (eager attention)" in p.stdout
+    assert "HF: transformers' MPNetModel (eager attention)" in capsys.readouterr().out
     one = bench_models(str(folder), batch_size=2, max_length=8, device="cpu", warmup=0, reps=1, memory=False, adamw=False, data_dir=str(SAMPLE))
     assert format_table(one).startswith(f"minBERT vs transformers {one['transformers_version']} MPNetModel (eager) |")
     with pytest.raises(ValueError, match="needs MPNet's tokenizer"):

@@ -212,8 +212,17 @@ def test_missing_raw_file_names_the_run(fixture_runs, tmp_path, small_data):
 # ---------------------------------------------------------------- the command
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-c", "from minbert_nb.ensemble import minbert_ensemble; minbert_ensemble()", *map(str, args)],
-                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, cwd=ROOT)
+    """`minbert_ensemble ARGS` as the console command runs it, in this process (a process of its own costs seconds of
+    imports): its exit status, stdout and stderr (an exit message goes to stderr, as Python prints it)"""
+    import contextlib, io, types
+    from minbert_nb.ensemble import minbert_ensemble
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try: minbert_ensemble([str(a) for a in args]); rc = 0
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else int(e.code is not None)
+            if isinstance(e.code, str): print(e.code, file=sys.stderr)
+    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
 
 def test_command_end_to_end(fixture_runs, dev, small_data, tmp_path):
     out = tmp_path / "cli"

@@ -55,10 +55,11 @@ def test_no_empty_code_cells(nb):
 
 def test_nbval_removes_a_notebooks_temporary_files(tmp_path):
     """A notebook's demos write into `tempfile.mkdtemp()` folders; under pytest its kernel gets a TMPDIR of its own, removed
-    after its last cell (the root conftest.py's hooks: a tests/ conftest would not reach nbs/). 16d_verdicts makes two such folders"""
+    after its last cell (the root conftest.py's hooks: a tests/ conftest would not reach nbs/). 04f_task_files makes one such
+    folder (its demo task files), and runs in two seconds"""
     import os, subprocess, sys
     pytest.importorskip("nbval")
-    nb = _NBS / "16d_verdicts.ipynb"
+    nb = _NBS / "04f_task_files.ipynb"
     assert "mkdtemp" in nb.read_text()
     tmp = tmp_path / "tmp"; tmp.mkdir()
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", str(nb), "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider"],

@@ -27,6 +27,16 @@ def _cli(args, **kw):
     return subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, **kw)
 
+def _here(args, capsys):
+    """`minbert_train args` in this process, where the process itself is not what a test checks (a process of its own
+    costs seconds of imports): (exit status, what it printed, its exit message included)"""
+    from minbert_nb.commands import minbert_train
+    capsys.readouterr()
+    try: minbert_train(list(args)); code, msg = 0, ""
+    except SystemExit as e: code, msg = (e.code, "") if isinstance(e.code, int) or e.code is None else (1, str(e.code))
+    c = capsys.readouterr()
+    return code or 0, c.out + c.err + msg
+
 def _wait_for_checkpoint(run, proc, min_step, timeout=TIMEOUT):
     "Poll last.pt until it holds at least `min_step` optimizer steps (it is written atomically, so reading is safe)"
     t = time.time()
@@ -49,17 +59,17 @@ MORE_DATA = ["--sst_phrases", "true", "--phrase_min_tokens", "3", "--phrases_per
              "--contrastive_weight", "1.0", "--contrastive_batch", "4", "--contrastive_every", "2",
              "--pair_modes", '{"para": "cross", "sts": "both"}', "--pair_swap", "true", "--ema", "0.99"]
 
-def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data):
-    ref = _cli(_args(tmp_path / "ref", small_data) + MORE_DATA); out, _ = ref.communicate(timeout=TIMEOUT)
-    assert ref.returncode == 0, out
+def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data, capsys):
+    rc, out = _here(_args(tmp_path / "ref", small_data) + MORE_DATA, capsys)             # the reference, uninterrupted
+    assert rc == 0, out
     run = tmp_path / "killed"
     p = _cli(_args(run, small_data) + MORE_DATA)
     st = _wait_for_checkpoint(run, p, min_step=4)
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
     assert st["epoch"] == 1 and 0 < st["i"] < 10, st          # killed mid-epoch
-    r = _cli(["--resume", str(run)]); out, _ = r.communicate(timeout=TIMEOUT)
-    assert r.returncode == 0, out
+    rc, out = _here(["--resume", str(run)], capsys)
+    assert rc == 0, out
     assert "resuming" in out
     for f in ("last.pt", "best.pt"):
         a, b = _weights(tmp_path / "ref" / f), _weights(run / f)
@@ -95,13 +105,13 @@ def test_non_finite_gradient_stops(tmp_path, small_data, monkeypatch):
     with pytest.raises(FloatingPointError, match=r"non-finite gradient norm .* epoch 1, step 1/10"):
         train(config_from_args(_args(tmp_path, small_data)), progress=False)
 
-def test_resume_refuses_another_config(tmp_path, small_data):
+def test_resume_refuses_another_config(tmp_path, small_data, capsys):
     run = tmp_path / "r"
     p = _cli(_args(run, small_data)); _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
-    r = _cli(["--resume", str(run), "--pooling", "cls", "--lr_backbone", "1e-3"]); out, _ = r.communicate(timeout=TIMEOUT)
-    assert r.returncode != 0 and "different config" in out and "pooling: checkpoint 'mean', now 'cls'" in out and "lr_backbone" in out
-    r = _cli(_args(run, small_data)); out, _ = r.communicate(timeout=TIMEOUT)     # a new run into a used folder
-    assert r.returncode != 0 and f"--resume {run}" in out
+    rc, out = _here(["--resume", str(run), "--pooling", "cls", "--lr_backbone", "1e-3"], capsys)
+    assert rc != 0 and "different config" in out and "pooling: checkpoint 'mean', now 'cls'" in out and "lr_backbone" in out
+    rc, out = _here(_args(run, small_data), capsys)                       # a new run into a used folder
+    assert rc != 0 and f"--resume {run}" in out
 
 def test_resume_needs_a_run_folder(tmp_path, capsys):
     with pytest.raises(SystemExit): config_from_args(["--resume", str(tmp_path)])
@@ -127,17 +137,17 @@ def test_prediction_file_not_utf8(tmp_path):
     f = tmp_path / "p.csv"; f.write_bytes(b"id \t Predicted_Sentiment \nx\xe9 , 1 \n")
     with pytest.raises(ValueError, match="not UTF-8"): read_predictions(f, "sst")
 
-def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data):
+def test_skip_bad_rows_is_counted_in_the_run(tmp_path, small_data, capsys):
     "A bad row stops the run with file and line; --skip_bad_rows skips it, prints and stores the count"
     import shutil
     d = tmp_path / "data"; shutil.copytree(small_data, d)
     f = d / "cs224n" / "ids-sst-train.csv"
     lines = f.read_text().splitlines(keepends=True); lines.insert(3, "99\tbadid\tA broken row .\tfive\n"); f.write_text("".join(lines))
     args = _args(tmp_path / "a", d) + ["--epochs", "1", "--steps_per_epoch", "2"]
-    r = _cli(args); out, _ = r.communicate(timeout=TIMEOUT)
-    assert r.returncode != 0 and "ids-sst-train.csv:4: label 'five' is not one of the classes of task sst" in out and "--skip-bad-rows" in out
-    r = _cli(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"]); out, _ = r.communicate(timeout=TIMEOUT)
-    assert r.returncode == 0, out
+    rc, out = _here(args, capsys)
+    assert rc != 0 and "ids-sst-train.csv:4: label 'five' is not one of the classes of task sst" in out and "--skip-bad-rows" in out
+    rc, out = _here(_args(tmp_path / "b", d) + ["--epochs", "1", "--steps_per_epoch", "2", "--skip_bad_rows", "true"], capsys)
+    assert rc == 0, out
     assert "skipped 1 bad data row" in out
     m = json.loads((tmp_path / "b" / "metrics.json").read_text())
     assert m["skipped_rows"] == 1 and m["train_files"]["sst_train_skipped_rows"] == 1
