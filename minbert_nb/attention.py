@@ -14,8 +14,8 @@ from fastcore.basics import patch
 from .core import *
 
 # %% auto #0
-__all__ = ['extended_attention_mask', 'to_mask_dtype', 'attention', 'BertSelfAttention', 'unpad_rows', 'pad_rows',
-           'configure_sdpa', 'BertSelfOutput', 'BertAttention']
+__all__ = ['extended_attention_mask', 'to_mask_dtype', 'compute_dtype', 'attention', 'BertSelfAttention', 'unpad_rows',
+           'pad_rows', 'configure_sdpa', 'BertSelfOutput', 'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -24,8 +24,14 @@ def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) ->
     return (1.0 - m) * torch.finfo(dtype).min
 
 def to_mask_dtype(mask:torch.Tensor, dtype) -> torch.Tensor:
-    "Additive `mask` in `dtype`, with its most-negative values clamped to `dtype`'s own (never `-inf`)"
-    return mask.clamp(min=torch.finfo(dtype).min).to(dtype)
+    "Additive `mask` in `dtype`, with its most-negative values clamped to `dtype`'s own (never `-inf`), to a narrower dtype or a wider one"
+    return mask.to(dtype).clamp(min=torch.finfo(dtype).min)     # a too-negative value becomes -inf, then dtype's minimum
+
+# %% ../nbs/01_attention.ipynb #e4bae56b
+def compute_dtype(x:torch.Tensor) -> torch.dtype:
+    "The dtype the matmuls on `x` run in: autocast's where autocast is on for `x`'s device, else `x`'s own"
+    dev = x.device.type
+    return torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else x.dtype
 
 # %% ../nbs/01_attention.ipynb #91161c1f
 def attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, mask:torch.Tensor|None=None, dropout:nn.Module|None=None):

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/bert.html.md"""
 
 # %% ../nbs/02_bert.ipynb #f04f246a
 from __future__ import annotations
-import contextlib, contextvars, math
+import contextlib, math, threading
 from dataclasses import dataclass
 import torch
 from torch import nn
@@ -114,19 +114,19 @@ class BertPooler(nn.Module):
     def forward(self, hidden_states): return self.activation(self.dense(hidden_states[:, 0]))
 
 # %% ../nbs/02_bert.ipynb #3e0df098
-_TASK = contextvars.ContextVar("minbert_task", default=None)
+_SLOT = threading.local()   # `task`: one per thread, as a ContextVar would be; but torch.compile traces an attribute (a ContextVar's set breaks its graph)
 
 def current_task() -> str|None:
     "The task of the `BertModel` call in progress (`task=` argument), or None"
-    return _TASK.get()
+    return getattr(_SLOT, "task", None)
 
 @contextlib.contextmanager
 def task_context(task:str|None):
     "Make `task` the `current_task()` inside the block (None: leave it as it is)"
     if task is None: yield; return
-    token = _TASK.set(task)
+    prev, _SLOT.task = current_task(), task
     try: yield
-    finally: _TASK.reset(token)
+    finally: _SLOT.task = prev
 
 # %% ../nbs/02_bert.ipynb #ca067012
 @dataclass
@@ -170,10 +170,13 @@ def forward(self:BertModel, input_ids:torch.Tensor, attention_mask:torch.Tensor|
     "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
     with task_context(task):
         x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
-        if attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+        if (attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu"
+                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
             attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
-                                     # mask is free: on a GPU `bool(...)` would stall the host until the device catches up
-        mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
+                                     # mask is free: on a GPU `bool(...)` would stall the host until the device catches up,
+                                     # and in a compiled graph it would break the graph (its value is data)
+        mask = None if attention_mask is None else extended_attention_mask(attention_mask, compute_dtype(x))   # once, in the
+                                                                                          # dtype the layers' scores have
         if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
         h, hs, at = self._encode(x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
         return BertModelOutput(h, self.pooler(h), hs, at)
@@ -290,7 +293,7 @@ class MPNetEncoder(BertEncoder):
     def forward(self, hidden_states, attention_mask=None, output_attentions=False, output_hidden_states=False, prefix_kv=None,
                 packed=None, position_bias=None):
         T = packed[2] if packed is not None else hidden_states.shape[1]          # packed: (N, C) real tokens of a (B, T) batch
-        if position_bias is None: position_bias = self.position_bias(T)
+        if position_bias is None: position_bias = self.position_bias(T).to(compute_dtype(hidden_states))   # once for all layers
         return super().forward(hidden_states, attention_mask, output_attentions, output_hidden_states, prefix_kv, packed, position_bias)
 
 class MPNetModel(BertModel):
