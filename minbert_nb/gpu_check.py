@@ -1,4 +1,4 @@
-"""Every CUDA path of minbert_nb once, in one command: bf16 training to the end with the GPU's busy fraction, evaluation, prediction, the `Predictor`, resume, each PEFT module, SMART, PCGrad, `torch.compile`, a one-process NCCL `torchrun`, the fused AdamW and the benchmark with MFU; one JSON report, pass or fail per path
+"""One scripted call for a short GPU slot, every section appending to one JSON report: the device's ceilings (matmul, copy, kernel launch eager and in a graph), the README job as users run it, a clean host timeline, a profiler window (kernels per step, busy fraction), the MFU grid of minBERT and transformers, then every CUDA path at a few steps each; an internal deadline, and a summary of at most 40 lines
 
 Docs: https://minbert-nb.github.io/minbert_nb/gpu_check.html.md"""
 
@@ -24,10 +24,11 @@ from .predictor import Predictor
 from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 
 # %% auto #0
-__all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'busy_fraction', 'gpu_busy_fraction',
-           'check_adamw', 'CheckRun', 'check_quick', 'check_resume', 'check_eval', 'check_predict', 'check_predictor',
-           'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'run_check', 'run_gpu_check',
-           'minbert_gpu_check']
+__all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'SUMMARY_KEYS', 'busy_fraction',
+           'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling', 'launch_cost',
+           'CheckRun', 'check_quick', 'check_resume', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval',
+           'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun',
+           'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -78,17 +79,69 @@ def check_adamw(device=None, steps:int=10, config:BertConfig|None=None, reps:int
     return dict(params=n, max_diff=diff, default_path=opts["default"].path(opts["default"].param_groups[0]),
                 **{f"{k}_ms": statistics.median(v) * 1e3 for k, v in t.items()})
 
+# %% ../nbs/24a_gpu_check.ipynb #25975bd2
+def _median_s(fn, device, reps:int, warmup:int=2) -> float:
+    "Median seconds of one call of `fn` on `device` (synchronised around each)"
+    return statistics.median(time_interleaved({"f": fn}, warmup=warmup, reps=reps, device=device)["f"])
+
+def layer_matmuls(config:BertConfig, tokens:int) -> dict:
+    "(m, k, n) of a BERT layer's four linear layers for `tokens` rows: fused q/k/v, attention output, feed-forward up and down"
+    C, I = config.hidden_size, config.intermediate_size
+    return dict(qkv=(tokens, C, 3 * C), attn_out=(tokens, C, C), up=(tokens, C, I), down=(tokens, I, C))
+
+# %% ../nbs/24a_gpu_check.ipynb #76d5f13d
+def matmul_ceiling(config:BertConfig, tokens:int, device=None, dtype:str="bf16", reps:int=10) -> dict:
+    """TFLOP/s of each of a layer's linear shapes for `tokens` rows on `device`, and of the four together (their total FLOPs
+    over their total time): the rate a training step's matmuls can reach at that shape"""
+    device, dt = default_device(device), dict(bf16=torch.bfloat16, fp32=torch.float32)[dtype]
+    out, flops, secs = {}, 0.0, 0.0
+    for name, (m, k, n) in layer_matmuls(config, tokens).items():
+        a, b = torch.randn(m, k, device=device, dtype=dt), torch.randn(k, n, device=device, dtype=dt)
+        s = _median_s(lambda: a @ b, device, reps)
+        out[f"{name}_tflops"] = 2 * m * k * n / s / 1e12; flops += 2 * m * k * n; secs += s
+    return dict(out, all_tflops=flops / secs / 1e12)
+
+def copy_ceiling(device=None, mb:int=256, reps:int=10) -> float:
+    "GB/s of a device-to-device copy of `mb` MiB, read and write counted: the rate the step's elementwise work can reach"
+    device = default_device(device); n = mb * 2**20 // 4
+    src, dst = torch.empty(n, device=device), torch.empty(n, device=device)
+    return 2 * n * 4 / _median_s(lambda: dst.copy_(src), device, reps) / 1e9
+
+# %% ../nbs/24a_gpu_check.ipynb #dab1836e
+def launch_cost(device=None, ops:int=200, reps:int=10) -> dict:
+    """Microseconds per tiny kernel: launched one by one from Python (`eager_us`), and replayed from a captured CUDA graph
+    (`graph_us`; None off CUDA): the host's cost per op of an eager step, and what a graph saves"""
+    device = default_device(device)
+    x = torch.zeros(1, device=device)
+    def run():
+        for _ in range(ops): x.add_(1)
+    r = dict(ops=ops, eager_us=_median_s(run, device, reps) / ops * 1e6, graph_us=None)
+    if device.type == "cuda":
+        side = torch.cuda.Stream(); side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side): run()                       # warm up on a side stream, as capturing asks
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g): run()
+        r["graph_us"] = _median_s(g.replay, device, reps) / ops * 1e6
+    return r
+
 # %% ../nbs/24a_gpu_check.ipynb #3b71ea62
-CHECK_BUDGETS = {   # full: what a GPU check runs (minutes on one H100); tiny: the same paths in seconds, for the CPU test
-    "full": dict(quick={}, short=dict(steps_per_epoch=40, dev_limit=512), compile_steps=60, resume=(40, 20), profile=(200, 100),
-                 tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
-                 bench=dict(batch_size=32, max_length=128, warmup=3, reps=10), mfu=dict(batch_size=128, seq_len=128, warmup=3, reps=10)),
+CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100); tiny: the same sections in seconds, for the CPU test
+    "full": dict(quick={}, short=dict(steps_per_epoch=10, dev_limit=512), compile_steps=60, resume=(10, 5), deadline_s=420,
+                 ceilings=dict(shapes=(("minilm", MINILM_SHAPE, 32 * 64), ("bert-base", {}, 32 * 128), ("bert-base", {}, 128 * 128)),
+                               copy_mb=512, launch_ops=500, reps=20),
+                 timeline=(20, 100), profile=(20, 50), tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
+                 bench=dict(batch_size=32, max_length=128, warmup=3, reps=10),
+                 mfu=dict(grid=((32, 128), (128, 128)), compiled=True, warmup=3, reps=10)),
     "tiny": dict(quick=dict(steps_per_epoch=4, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
                  short=dict(steps_per_epoch=2, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
-                 compile_steps=3, resume=(4, 2), profile=(1, 2), tiny_backbone=True, compile_backend="aot_eager",
+                 compile_steps=3, resume=(4, 2), deadline_s=None,
+                 ceilings=dict(shapes=(("tiny", dict(hidden_size=32, intermediate_size=64, num_attention_heads=4), 64),),
+                               copy_mb=4, launch_ops=20, reps=2),
+                 timeline=(2, 4), profile=(1, 2), tiny_backbone=True, compile_backend="aot_eager",
                  adamw=dict(steps=3, config=tiny_config(), reps=3),
                  bench=dict(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, warmup=1, reps=2, memory=False),
-                 mfu=dict(config=tiny_config(vocab_size=30522), batch_size=2, seq_len=16, dtype="fp32", warmup=1, reps=2, memory=False)),
+                 mfu=dict(config=tiny_config(vocab_size=30522), grid=((2, 16),), compiled=False, warmup=1, reps=2)),   # compiled: 24_bench
 }
 
 # %% ../nbs/24a_gpu_check.ipynb #c86b08f4
@@ -99,6 +152,7 @@ class CheckRun:
     budget: str
     out: Path
     data_dir: str|None = None
+    deadline: float|None = None      # `time.perf_counter()` after which no section starts (None: no deadline)
 
     def __post_init__(self):
         self.cuda, self.b = self.device.type == "cuda", CHECK_BUDGETS[self.budget]
@@ -110,6 +164,10 @@ class CheckRun:
     def config(self, name:str, preset:str="quick", short:bool=True, **kw):
         "The settings of the run `name` (in `out/name`): `preset`, on the short budget (or the base settings), with `kw`"
         return preset_config(preset, out=str(self.out/name), **{**(self.short if short else self.base), **kw})
+
+    def past_deadline(self) -> bool:
+        "Whether the call's deadline has passed: what has not started by then is skipped"
+        return self.deadline is not None and time.perf_counter() >= self.deadline
 
     def quick_run(self) -> Path:
         "The quick check's run folder; a check that needs its best.pt fails with a message when it is not there"
@@ -139,15 +197,9 @@ def _trained(cfg, on_step=None, **kw) -> tuple:
 
 # %% ../nbs/24a_gpu_check.ipynb #455a70ad
 def check_quick(c:CheckRun) -> dict:
-    "The README job to its end, with the GPU's busy fraction over a window of its steps"
-    P, got = torch.profiler, {}
-    wait, active = c.b["profile"]
-    cfg = c.config("quick", short=False, **c.b["quick"], save_checkpoint=True)
-    acts = [P.ProfilerActivity.CPU] + ([P.ProfilerActivity.CUDA] if c.cuda else [])
-    def ready(p): got.update(gpu_busy=gpu_busy_fraction(p), profiled_steps=active)
-    with P.profile(activities=acts, schedule=P.schedule(wait=wait, warmup=1, active=active), on_trace_ready=ready) as prof:
-        m, steps = _trained(cfg, on_step=lambda info: prof.step())
-    return dict(_fig(m, steps), **got)
+    "The README job to its end, as users run it (bf16 autocast on CUDA): no profiler, and no checkpoint inside its loop"
+    m, steps = _trained(c.config("quick", short=False, **c.b["quick"], save_checkpoint=True, checkpoint_every=0))
+    return _fig(m, steps)
 
 def check_resume(c:CheckRun) -> dict:
     "Stop half way (as Ctrl-C does: a checkpoint, then `TrainingInterrupted`), continue with `--resume`"
@@ -159,6 +211,57 @@ def check_resume(c:CheckRun) -> dict:
     m, steps = _trained(cfg, resume=True)
     if steps != total: raise RuntimeError(f"resumed run ended after {steps} steps, expected {total}")
     return dict(_fig(m), stopped_at=stopped, steps=steps, resumed=m["resumed"])
+
+# %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
+def check_timeline(c:CheckRun) -> dict:
+    "`steps` training steps after `warm`, timed on the host only (no profiler, no checkpoint): ms per step, median and p90, steps/s"
+    warm, steps = c.b["timeline"]
+    ts = []
+    train(c.config("timeline", steps_per_epoch=warm + steps + 1), progress=False, on_step=lambda info: ts.append(time.perf_counter()))
+    d = sorted(b - a for a, b in zip(ts[warm:], ts[warm + 1:]))
+    if len(d) < steps: raise RuntimeError(f"the run made {len(ts)} steps; the timeline needs {warm + steps + 1}")
+    return dict(steps=len(d), host_ms_median=1e3 * statistics.median(d), host_ms_p90=1e3 * d[int(0.9 * (len(d) - 1))],
+                steps_per_s=len(d) / sum(d))
+
+def check_profile(c:CheckRun) -> dict:
+    """A profiler window of `active` steps after `wait`, once: CUDA kernels per step and the GPU's busy fraction, NVML's
+    utilisation beside them. On CUDA, a window without kernel events is a failure that says so"""
+    P, got, util = torch.profiler, {}, []
+    wait, active = c.b["profile"]
+    acts = [P.ProfilerActivity.CPU] + ([P.ProfilerActivity.CUDA] if c.cuda else [])
+    def ready(p):
+        kernels = sum(e.device_type == torch.autograd.DeviceType.CUDA for e in p.events())
+        got.update(gpu_busy=gpu_busy_fraction(p), kernels_per_step=kernels / active if c.cuda else None, profiled_steps=active)
+    def on_step(info):
+        prof.step()
+        if c.cuda:
+            try: util.append(torch.cuda.utilization(c.device))   # NVML; absent without pynvml
+            except Exception: pass
+    with P.profile(activities=acts, schedule=P.schedule(wait=wait, warmup=1, active=active, repeat=1), on_trace_ready=ready) as prof:
+        train(c.config("profile", steps_per_epoch=wait + active + 2), progress=False, on_step=on_step)
+    if "profiled_steps" not in got: raise RuntimeError(f"the profiler's window ({wait} + 1 + {active} steps) did not close")
+    if c.cuda and not got["kernels_per_step"]:
+        raise RuntimeError("the profiler recorded no CUDA kernel in its window, so the GPU's busy fraction cannot be measured "
+                           "(CUPTI missing or disabled?); NVML's utilisation was " + (f"{statistics.mean(util):.0f}%" if util else "not readable"))
+    return dict(got, nvml_util_pct=statistics.mean(util) if util else None)
+
+# %% ../nbs/24a_gpu_check.ipynb #9eff355f
+def check_mfu(c:CheckRun) -> dict:
+    """Training tokens/s and MFU of minBERT and transformers at each (batch, length) of the budget's grid (bert-base's shape on
+    the full budget), eager then compiled (not on the tiny budget: 24_bench checks compiling); entries that would start past the deadline are listed as skipped"""
+    b, dt = c.b["mfu"], ("bf16" if c.cuda else "fp32")
+    rows = []
+    for bs, T in b["grid"]:
+        for comp in ((False, c.b["compile_backend"]) if b["compiled"] else (False,)):
+            row = dict(batch_size=bs, seq_len=T, compiled=comp or "eager")
+            if c.past_deadline(): rows.append(dict(row, skipped="deadline")); continue
+            t0 = time.perf_counter()
+            r = bench_mfu(b.get("config"), bs, T, c.device, dt, b["warmup"], b["reps"], memory=False, compile=comp)
+            rows.append(dict(row, seconds=round(time.perf_counter() - t0, 1), shape=r["arch"],
+                             **{k: r[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "train_ratio", "minbert_mfu", "hf_mfu")}))
+    done = [r for r in rows if "skipped" not in r]
+    best = lambda k: max((r[k] for r in done if r[k] is not None), default=None)
+    return dict(minbert_mfu=best("minbert_mfu"), hf_mfu=best("hf_mfu"), entries=len(done), grid=rows)
 
 # %% ../nbs/24a_gpu_check.ipynb #651e2048
 def check_eval(c:CheckRun) -> dict:
@@ -216,16 +319,25 @@ def check_torchrun(c:CheckRun) -> dict:
     return _fig(m)
 
 def check_bench(c:CheckRun) -> dict:
-    "`bench_models` (MiniLM) and `bench_mfu` (bert-base's shape): sentences/s, tokens/s, MFU"
-    dt = "bf16" if c.cuda else "fp32"
-    x = bench_models(device=c.device, dtype=dt, data_dir=c.data_dir, **c.b["bench"])   # sentences from the check's data
-    f = {k: x[k] for k in ("minbert_train_sent_s", "hf_train_sent_s", "train_ratio", "minbert_forward_sent_s", "forward_ratio")}
-    mfu = bench_mfu(device=c.device, **{"dtype": dt, **c.b["mfu"]})
-    return dict(f, **{k: mfu[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "minbert_mfu", "hf_mfu")}, mfu_shape=mfu["arch"])
+    "`bench_models`: minBERT against transformers on MiniLM's shape, real sentences: sentences/s and the ratios (MFU: the `mfu` section)"
+    x = bench_models(device=c.device, dtype="bf16" if c.cuda else "fp32", data_dir=c.data_dir, **c.b["bench"])
+    return {k: x[k] for k in ("minbert_train_sent_s", "hf_train_sent_s", "train_ratio", "minbert_forward_sent_s", "forward_ratio")}
+
+# %% ../nbs/24a_gpu_check.ipynb #9b5842a7
+def check_ceilings(c:CheckRun) -> dict:
+    "The device's limits at the budget's shapes: matmul TFLOP/s per (model, rows), copy GB/s, µs per kernel launch eager and in a graph"
+    b, dt = c.b["ceilings"], ("bf16" if c.cuda else "fp32")
+    peak = gpu_peak_bf16_flops(_device_name(c.device)) if c.cuda else None
+    r = dict(dtype=dt, peak_tflops=peak / 1e12 if peak else None)
+    for name, shape, tokens in b["shapes"]:
+        r[f"matmul_{name}_{tokens}_tflops"] = matmul_ceiling(BertConfig(**shape), tokens, c.device, dt, b["reps"])["all_tflops"]
+    r["copy_gb_s"] = copy_ceiling(c.device, b["copy_mb"], b["reps"])
+    return dict(r, **{f"launch_{k}": v for k, v in launch_cost(c.device, b["launch_ops"], b["reps"]).items() if k != "ops"})
 
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
-CHECKS = {"quick": check_quick, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
+CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "timeline": check_timeline, "profile": check_profile,
+          "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
           "smart": functools.partial(check_preset, name="smart", preset="opt-smart1"),
           "pcgrad": functools.partial(check_preset, name="pcgrad", preset="opt-pcgrad"),
@@ -246,31 +358,68 @@ def run_check(name:str, fn, c:CheckRun) -> dict:
 
 # %% ../nbs/24a_gpu_check.ipynb #740c061a
 def _summary(r:dict) -> dict:
-    q, paths = r["paths"].get("quick", {}), r["paths"]
-    return dict(quick_train_s=q.get("train_s"), quick_steps_per_s=q.get("steps_per_s"), quick_overall=q.get("overall"),
-                quick_gpu_busy=q.get("gpu_busy"), quick_data_time_s=q.get("data_time_s"), minbert_mfu=paths.get("bench", {}).get("minbert_mfu"),
-                passed=sum(v["ok"] for v in paths.values()), failed=len(r["failed"]))
+    "The figures a reader looks for first, from the sections that ran"
+    P = r["paths"]; g = lambda s, k: P.get(s, {}).get(k)
+    return dict(quick_train_s=g("quick", "train_s"), quick_steps_per_s=g("quick", "steps_per_s"), quick_overall=g("quick", "overall"),
+                quick_data_time_s=g("quick", "data_time_s"), host_ms_per_step=g("timeline", "host_ms_median"),
+                gpu_busy=g("profile", "gpu_busy"), kernels_per_step=g("profile", "kernels_per_step"), minbert_mfu=g("mfu", "minbert_mfu"),
+                hf_mfu=g("mfu", "hf_mfu"), launch_eager_us=g("ceilings", "launch_eager_us"), launch_graph_us=g("ceilings", "launch_graph_us"),
+                passed=sum(v["ok"] is True for v in P.values()), failed=len(r["failed"]), skipped=sum(v["ok"] is None for v in P.values()))
 
-def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None) -> dict:
-    """Run every CUDA path of minbert_nb once (on `device`; `budget` 'full' on CUDA, 'tiny' elsewhere) and report each:
-    `{'paths': {name: {'ok', 'seconds', figures..., 'error'}}, 'failed': [...], ...}`. Runs go to `out` (default: a temporary folder)"""
+def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None, deadline_s:float|None=-1, json_path=None) -> dict:
+    """Run the sections of the GPU check (on `device`; `budget` 'full' on CUDA, 'tiny' elsewhere) in the report's order and
+    report each: `{'paths': {name: {'ok', 'seconds', figures..., 'error'}}, 'failed': [...], ...}`. A section that would start
+    more than `deadline_s` seconds after the call began (default: the budget's; None: no deadline) is skipped (`ok` None).
+    With `json_path`, the report is written after every section. Runs go to `out` (default: a temporary folder)"""
     device = default_device(device); budget = budget or ("full" if device.type == "cuda" else "tiny")
     if budget not in CHECK_BUDGETS: raise ValueError(f"run_gpu_check: budget {budget!r}; expected one of {', '.join(CHECK_BUDGETS)}.")
     paths = tuple(CHECK_PATHS if paths is None else paths)
     if bad := [p for p in paths if p not in CHECK_PATHS]: raise ValueError(f"run_gpu_check: unknown path(s) {bad}; expected some of {', '.join(CHECK_PATHS)}.")
+    deadline_s = CHECK_BUDGETS[budget]["deadline_s"] if deadline_s == -1 else deadline_s
     tmp = None if out else tempfile.mkdtemp(prefix="minbert-gpu-check-")
     out = Path(out or tmp); out.mkdir(parents=True, exist_ok=True)
-    c, t_all = CheckRun(device, budget, out, str(data_dir) if data_dir else None), time.perf_counter()
+    t_all = time.perf_counter()
+    c = CheckRun(device, budget, out, str(data_dir) if data_dir else None, None if deadline_s is None else t_all + deadline_s)
     r = dict(device=str(device), device_name=_device_name(device), budget=budget, torch=torch.__version__, cuda=torch.version.cuda,
              cudnn=torch.backends.cudnn.version() if c.cuda else None, started=time.strftime("%Y-%m-%d %H:%M:%S"),
-             sdpa=configure_sdpa(device), paths={}, out=str(out))
+             sdpa=configure_sdpa(device), deadline_s=deadline_s, paths={}, out=str(out))
+    def report():
+        r["seconds"] = round(time.perf_counter() - t_all, 1)
+        r["failed"] = [k for k, v in r["paths"].items() if v["ok"] is False]
+        r["summary"] = _summary(r)
+        if json_path: write_json(r, json_path)
     for name, fn in CHECKS.items():
-        if name in paths: r["paths"][name] = run_check(name, fn, c)
-    r["seconds"] = round(time.perf_counter() - t_all, 1)
-    r["failed"] = [k for k, v in r["paths"].items() if not v["ok"]]
-    r["summary"] = _summary(r)
+        if name not in paths: continue
+        if c.past_deadline():
+            r["paths"][name] = dict(ok=None, seconds=0.0, skipped=f"not started: past the deadline of {deadline_s:g} s")
+            print(f"gpu-check {name:13s} skipped  (past the deadline of {deadline_s:g} s)", flush=True)
+        else: r["paths"][name] = run_check(name, fn, c)
+        report()
+    report()
     if tmp: shutil.rmtree(tmp, ignore_errors=True)
     return r
+
+# %% ../nbs/24a_gpu_check.ipynb #825f52c8
+def _shown(v) -> str: return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+SUMMARY_KEYS = {"ceilings": ("matmul_bert-base_16384_tflops", "copy_gb_s", "launch_eager_us", "launch_graph_us"),
+                "quick": ("train_s", "steps_per_s", "overall", "data_time_s"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s"),
+                "profile": ("gpu_busy", "kernels_per_step", "nvml_util_pct"), "mfu": ("minbert_mfu", "hf_mfu", "entries"),
+                "compile": ("steady_steps_per_s",), "bench": ("train_ratio", "forward_ratio"), "adamw": ("max_diff", "default_ms")}
+
+def summary_lines(r:dict, width:int=118) -> list:
+    "The report in at most 40 lines: a header, one line per section (status, seconds, its key figures), the totals"
+    head = f"gpu-check on {r['device_name']} ({r['budget']} budget, torch {r['torch']}), {r['seconds']:.0f} s"
+    lines = [head, "-" * min(width, len(head))]
+    for name, v in r["paths"].items():
+        status = "ok" if v["ok"] else "skipped" if v["ok"] is None else "FAILED"
+        keys = SUMMARY_KEYS.get(name, ("steps_per_s",))
+        figs = " ".join(f"{k}={_shown(v[k])}" for k in keys if v.get(k) is not None)
+        if not v["ok"]: figs = (v.get("error") or v.get("skipped") or "").splitlines()[0]
+        lines.append(f"{name:12s} {status:7s} {v['seconds']:6.1f} s  {figs}"[:width])
+    s = r["summary"]
+    lines.append(f"{s['passed']} passed, {s['failed']} failed, {s['skipped']} skipped" + (f": failed {', '.join(r['failed'])}" if r["failed"] else ""))
+    return lines[:39] + lines[-1:] if len(lines) > 40 else lines
 
 # %% ../nbs/24a_gpu_check.ipynb #a9a87d29
 @cli
@@ -282,14 +431,15 @@ def minbert_gpu_check(
     json:str="gpu-check.json",  # the report
     data_dir:str=None,        # data folder (default: MINBERT_DATA, ../shared/data, or data/)
     threads:int=None,         # CPU threads for PyTorch (default: PyTorch's choice)
+    deadline:float=None,      # seconds: a section that would start later is skipped (default: 420 on the full budget, none on tiny)
 ):
-    "Run every CUDA path of minbert_nb once and write one JSON report, pass or fail per path with its figures"
+    "Run the GPU check's sections (ceilings, quick, timeline, profile, MFU, then every CUDA path) and write one JSON report as they end"
     if threads: torch.set_num_threads(threads)
-    try: r = run_gpu_check(device, budget, out, data_dir, [p.strip() for p in paths.split(",") if p.strip()] if paths else None)
+    try: r = run_gpu_check(device, budget, out, data_dir, [p.strip() for p in paths.split(",") if p.strip()] if paths else None,
+                           -1 if deadline is None else deadline, json)
     except ValueError as e: raise SystemExit(f"minbert_gpu_check: {e}") from None
-    path = write_json(r, json)
-    print(f"gpu-check: {r['summary']['passed']} passed, {len(r['failed'])} failed in {r['seconds']:.0f} s on {r['device_name']} -> {path}")
-    if r["failed"]: raise SystemExit(f"gpu-check: {len(r['failed'])} path(s) failed: {', '.join(r['failed'])}; each error is in {path}.")
+    print("\n".join(summary_lines(r)) + f"\nthe report: {json}", flush=True)
+    if r["failed"]: raise SystemExit(f"gpu-check: {len(r['failed'])} path(s) failed: {', '.join(r['failed'])}; each error is in {json}.")
     return r
 
 if __name__ == "__main__" and globals().get("__spec__") is not None: minbert_gpu_check()   # python -m minbert_nb.gpu_check (tools/pack_gpu.py)

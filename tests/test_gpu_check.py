@@ -14,21 +14,32 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
     p, r = _check(tmp_path, small_data)
     assert p.returncode == 0, (p.stdout + p.stderr)[-3000:]
     from minbert_nb.gpu_check import CHECK_PATHS
-    assert list(r["paths"]) == list(CHECK_PATHS) and r["failed"] == [] and r["budget"] == "tiny"
+    assert list(r["paths"]) == list(CHECK_PATHS) and r["failed"] == [] and r["budget"] == "tiny" and r["deadline_s"] is None
     q = r["paths"]["quick"]
     for k in ("train_s", "steps_per_s", "sst_acc", "para_acc", "sts_corr", "overall", "data_time_s"): assert q[k] >= 0, k
-    assert q["steps"] == 4 and q["gpu_busy"] is None                          # no CUDA kernels on a CPU
+    assert q["steps"] == 4 and "gpu_busy" not in q                           # the timed run has no profiler
+    assert json.loads((tmp_path / "runs" / "quick" / "config.json").read_text())["checkpoint_every"] == 0   # nor a checkpoint inside its loop
+    ce = r["paths"]["ceilings"]; assert ce["matmul_tiny_64_tflops"] > 0 and ce["copy_gb_s"] > 0 and ce["launch_graph_us"] is None
+    tl = r["paths"]["timeline"]; assert tl["steps"] == 4 and 0 < tl["host_ms_median"] <= tl["host_ms_p90"]
+    pr = r["paths"]["profile"]; assert (pr["profiled_steps"], pr["gpu_busy"], pr["kernels_per_step"]) == (2, None, None)   # no CUDA kernels on a CPU
+    mf = r["paths"]["mfu"]; assert mf["entries"] == 1 and mf["minbert_mfu"] is None and mf["grid"][0]["minbert_train_tok_s"] > 0
     assert r["paths"]["torchrun"]["dist_backend"] == "gloo"
     res = r["paths"]["resume"]; assert res["resumed"] and res["steps"] == 4 and 0 < res["stopped_at"] < 4
     c = r["paths"]["compile"]["compile"]
     assert c["backend"] == "aot_eager" and 1 <= c["graphs"] <= 15, c         # 3 kinds of forward x 1 length (32) x at most 5 frames
     assert r["paths"]["adamw"]["default_path"] == "fused" and r["paths"]["adamw"]["max_diff"] <= 1e-6
-    assert r["paths"]["bench"]["minbert_train_tok_s"] > 0 and r["paths"]["bench"]["minbert_mfu"] is None
+    assert r["paths"]["bench"]["minbert_train_sent_s"] > 0
     assert all(r["paths"][f"peft-{m}"]["trainable"] < 1e6 for m in ("pal", "prefix", "adapter", "lora", "dora"))
-    assert r["summary"]["passed"] == len(CHECK_PATHS) and f"gpu-check: {len(CHECK_PATHS)} passed, 0 failed" in p.stdout
+    assert r["summary"]["passed"] == len(CHECK_PATHS)
+    tail = p.stdout.rstrip().splitlines()[-(len(CHECK_PATHS) + 4):]          # the summary comes last, one line a section
+    assert tail[0].startswith("gpu-check on ") and tail[-2] == f"{len(CHECK_PATHS)} passed, 0 failed, 0 skipped" and len(tail) <= 41
 
-def test_a_failing_path_fails_the_command(tmp_path, small_data):
-    "eval alone has no run to score: the report says why, and the exit status is not 0"
-    p, r = _check(tmp_path, small_data, "--paths", "eval")
-    assert p.returncode != 0 and "1 path(s) failed: eval" in p.stderr
+def test_a_failing_path_fails_the_command(tmp_path, small_data, capsys):
+    "eval alone has no run to score: the report says why, and the command exits with a message (in this process: the one above runs the command's own)"
+    from minbert_nb.gpu_check import minbert_gpu_check
+    report = tmp_path / "report.json"
+    with pytest.raises(SystemExit, match="1 path\\(s\\) failed: eval"):
+        minbert_gpu_check(["--device", "cpu", "--data_dir", str(small_data), "--json", str(report), "--out", str(tmp_path / "runs"), "--paths", "eval"])
+    r = json.loads(report.read_text())
     assert r["failed"] == ["eval"] and "needs the quick run" in r["paths"]["eval"]["error"]
+    assert "eval         FAILED" in capsys.readouterr().out
