@@ -121,6 +121,19 @@ def pytest_configure(config):
     spec = importlib.util.spec_from_file_location("minbert_data_trace", ROOT / "tests" / "trace" / "sitecustomize.py")
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
+# The longest files first (seconds of a first pass on 2 cores, measured): pytest-xdist's `--dist loadfile` hands files out
+# in collection order, so a long file collected late ran alone at the end while the other worker had nothing left to do.
+_LONG_FIRST = ("tests/test_docs.py", "tests/test_gpu_tables.py", "nbs/16e_reproduce.ipynb", "tests/test_gpu_check.py",
+               "nbs/16b_ablate.ipynb", "nbs/tutorials/19_reproduce_a_table.ipynb", "tests/test_ddp.py", "nbs/15b_analysis.ipynb",
+               "tests/reliability/test_folders.py", "nbs/tutorials/20_inspect_a_model.ipynb", "tests/test_optimisation.py",
+               "nbs/24_bench.ipynb", "tests/test_adapter_pal_reference.py", "tests/reliability/test_faults.py")
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    "Long files first, each file's own order kept (a stable sort): every worker collects the same order"
+    rank = {f: i for i, f in enumerate(_LONG_FIRST)}
+    items.sort(key=lambda it: rank.get(os.path.relpath(it.path, ROOT).replace(os.sep, "/"), len(rank)))
+
 def pytest_collectstart(collector):
     "Reads while a test file or notebook is collected (a module's import) are its own"
     if _tracing(collector.config) and getattr(collector, "path", None) is not None and collector.path.is_file():
