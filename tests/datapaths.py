@@ -29,3 +29,25 @@ def tiny_backbone_dir() -> str:
     return _TINY
 
 _TINY = None
+
+def run_command(command, *args, env: dict | None = None):
+    """A console command (`minbert_train`, `minbert_data`, ...) called with `args` in this process, as its console-script
+    wrapper runs it (`sys.exit(command())`), where the process itself is not what a test checks (a process of its own
+    costs seconds of imports on 2 cores). Returns its exit status, stdout and stderr; an exit message goes to stderr, as
+    Python prints it. `env` is set around the call only."""
+    import contextlib, io, sys, types
+    out, err, saved = io.StringIO(), io.StringIO(), {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update({k: str(v) for k, v in (env or {}).items()})
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = command([str(a) for a in args])
+                rc = rc if isinstance(rc, int) else 0                     # the wrapper exits 0 when a command returns its result
+            except SystemExit as e:
+                rc = e.code
+                if rc is not None and not isinstance(rc, int): print(rc, file=sys.stderr); rc = 1   # as sys.exit(message) does
+    finally:
+        for k, v in saved.items():
+            if v is None: os.environ.pop(k, None)
+            else: os.environ[k] = v
+    return types.SimpleNamespace(returncode=rc or 0, stdout=out.getvalue(), stderr=err.getvalue())

@@ -15,7 +15,7 @@ from minbert_nb.data import *
 from minbert_nb.loaders import *
 from minbert_nb.fetch import *
 
-from datapaths import DATA, FULL_DATA, SAMPLE, needs_full_data
+from datapaths import DATA, FULL_DATA, SAMPLE, needs_full_data, run_command
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -333,23 +333,20 @@ def test_download_unreachable(tmp_path):
     assert not (tmp_path/"new").exists()
 
 
-def _cli(script, args, env=None):
-    "Run `minbert_data` the way its console-script wrapper does"
-    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=600)
+def _cli(args, env=None):
+    "`minbert_data ARGS` as its console-script wrapper runs it, in this process (`run_command`)"
+    return run_command(minbert_data, *args, env=env)
 
 def test_cli(tmp_path, server):
-    script = tmp_path/"minbert_data_script.py"
-    script.write_text("import sys\nfrom minbert_nb.fetch import minbert_data\nsys.exit(minbert_data())\n")
-    h = _cli(script, ["--help"])
+    h = _cli(["--help"])
     assert h.returncode == 0 and "--base-url" in h.stdout and "pinned SHA-256" in h.stdout
     out = tmp_path/"data"
     # the real pins against a server that only has our test body: every file fails, exit status 1, nothing left behind
-    r = _cli(script, ["--out", str(out), "--base-url", f"{server}/good/", "--timeout", "5"])
+    r = _cli(["--out", str(out), "--base-url", f"{server}/good/", "--timeout", "5"])
     assert r.returncode == 1 and "SHA-256 mismatch" in r.stdout and "not ready" in r.stderr
     assert not out.exists() or leftovers(out) == []
     a = minbert_data.parser().parse_args(["--base_url", "u", "--out", "o"])      # the snake_case flags of minbert_train too
     assert (a.base_url, a.out) == ("u", "o") and "--base_url" in h.stdout
     if FULL_DATA:
-        r = _cli(script, ["--check"], env={"MINBERT_DATA": str(DATA)})
+        r = _cli(["--check"], env={"MINBERT_DATA": str(DATA)})
         assert r.returncode == 0 and "data folder ready" in r.stdout and "CORRUPTED" not in r.stdout

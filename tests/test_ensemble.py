@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from minbert_nb.data import load_split
-from datapaths import tiny_backbone_dir
+from datapaths import tiny_backbone_dir, run_command
 from minbert_nb.evaluate import (write_predictions, read_predictions, prediction_path, write_raw, read_raw, raw_path, accuracy,
                                  pearson, overall_score)
 from minbert_nb.ensemble import (vote, mean_scores, median_scores, average_raw, ensemble_split, ensemble_runs, minbert_ensemble,
@@ -212,17 +212,8 @@ def test_missing_raw_file_names_the_run(fixture_runs, tmp_path, small_data):
 # ---------------------------------------------------------------- the command
 
 def _cli(*args):
-    """`minbert_ensemble ARGS` as the console command runs it, in this process (a process of its own costs seconds of
-    imports): its exit status, stdout and stderr (an exit message goes to stderr, as Python prints it)"""
-    import contextlib, io, types
-    from minbert_nb.ensemble import minbert_ensemble
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try: minbert_ensemble([str(a) for a in args]); rc = 0
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else int(e.code is not None)
-            if isinstance(e.code, str): print(e.code, file=sys.stderr)
-    return types.SimpleNamespace(returncode=rc, stdout=out.getvalue(), stderr=err.getvalue())
+    "`minbert_ensemble ARGS` in this process (`run_command`): its exit status, stdout and stderr"
+    return run_command(minbert_ensemble, *args)
 
 def test_command_end_to_end(fixture_runs, dev, small_data, tmp_path):
     out = tmp_path / "cli"

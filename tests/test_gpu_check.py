@@ -1,13 +1,14 @@
 "`minbert_gpu_check` on the CPU (tiny budget, gloo): every path runs and reports its figures, so the command cannot rot"
-import json, os, subprocess, sys
+import json
 import pytest
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+from datapaths import run_command
 
 def _check(tmp_path, data, *flags):
+    "`minbert_gpu_check` in this process (`run_command`; its torchrun path still starts processes of its own), and its report"
+    from minbert_nb.gpu_check import minbert_gpu_check
     report = tmp_path / "report.json"
-    p = subprocess.run([sys.executable, "-m", "minbert_nb.gpu_check", "--device", "cpu", "--data_dir", str(data),
-                        "--json", str(report), "--out", str(tmp_path / "runs"), *flags], capture_output=True, text=True, env=ENV, timeout=900)
+    p = run_command(minbert_gpu_check, "--device", "cpu", "--data_dir", data, "--json", report, "--out", tmp_path / "runs", *flags,
+                    env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     return p, (json.loads(report.read_text()) if report.is_file() else None)
 
 def test_every_path_runs_on_cpu(tmp_path, small_data):

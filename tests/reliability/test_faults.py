@@ -8,7 +8,7 @@ from minbert_nb.checkpoint import load_checkpoint, TrainingInterrupted
 from minbert_nb.evaluate import read_predictions
 import minbert_nb.train as T
 import minbert_nb.step as S
-from datapaths import tiny_backbone_dir
+from datapaths import tiny_backbone_dir, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,15 +27,11 @@ def _cli(args, **kw):
     return subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV, **kw)
 
-def _here(args, capsys):
-    """`minbert_train args` in this process, where the process itself is not what a test checks (a process of its own
-    costs seconds of imports): (exit status, what it printed, its exit message included)"""
+def _here(args, capsys=None):
+    "`minbert_train args` in this process (`run_command`): (exit status, what it printed, its exit message included)"
     from minbert_nb.commands import minbert_train
-    capsys.readouterr()
-    try: minbert_train(list(args)); code, msg = 0, ""
-    except SystemExit as e: code, msg = (e.code, "") if isinstance(e.code, int) or e.code is None else (1, str(e.code))
-    c = capsys.readouterr()
-    return code or 0, c.out + c.err + msg
+    r = run_command(minbert_train, *args)
+    return r.returncode, r.stdout + r.stderr
 
 def _wait_for_checkpoint(run, proc, min_step, timeout=TIMEOUT):
     "Poll last.pt until it holds at least `min_step` optimizer steps (it is written atomically, so reading is safe)"
