@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 from .core import default_device, tiny_config, cli
+from .fused import ByteCounter, dropout_add_layer_norm, bias_gelu, compiled_epilogues
 from .bert import BertModel, BertConfig
 from .attention import configure_sdpa
 from .pretrained import tiny_backbone
@@ -26,9 +27,10 @@ from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 # %% auto #0
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'SUMMARY_KEYS', 'busy_fraction',
            'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling', 'launch_cost',
-           'CheckRun', 'check_quick', 'check_resume', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval',
-           'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun',
-           'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
+           'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'check_fastpath', 'check_timeline',
+           'check_profile', 'check_mfu', 'check_eval', 'check_predict', 'check_predictor', 'check_peft', 'check_preset',
+           'check_compile', 'check_torchrun', 'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check',
+           'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -132,7 +134,7 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100);
                                copy_mb=512, launch_ops=500, reps=20),
                  timeline=(20, 100), profile=(20, 50), tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
                  bench=dict(batch_size=32, max_length=128, warmup=3, reps=10),
-                 mfu=dict(grid=((32, 128), (128, 128)), compiled=True, warmup=3, reps=10)),
+                 mfu=dict(grid=((32, 128), (128, 128)), compiled=True, warmup=3, reps=10), fastpath=dict(shape=(32, 128, 768), reps=20)),
     "tiny": dict(quick=dict(steps_per_epoch=4, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
                  short=dict(steps_per_epoch=2, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
                  compile_steps=3, resume=(4, 2), deadline_s=None,
@@ -141,7 +143,8 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100);
                  timeline=(2, 4), profile=(1, 2), tiny_backbone=True, compile_backend="aot_eager",
                  adamw=dict(steps=3, config=tiny_config(), reps=3),
                  bench=dict(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, warmup=1, reps=2, memory=False),
-                 mfu=dict(config=tiny_config(vocab_size=30522), grid=((2, 16),), compiled=False, warmup=1, reps=2)),   # compiled: 24_bench
+                 mfu=dict(config=tiny_config(vocab_size=30522), grid=((2, 16),), compiled=False, warmup=1, reps=2),   # compiled: 24_bench
+                 fastpath=dict(shape=(2, 16, 32), reps=2)),
 }
 
 # %% ../nbs/24a_gpu_check.ipynb #c86b08f4
@@ -211,6 +214,39 @@ def check_resume(c:CheckRun) -> dict:
     m, steps = _trained(cfg, resume=True)
     if steps != total: raise RuntimeError(f"resumed run ended after {steps} steps, expected {total}")
     return dict(_fig(m), stopped_at=stopped, steps=steps, resumed=m["resumed"])
+
+# %% ../nbs/24a_gpu_check.ipynb #a84b6c4f
+def epilogue_timing(device, B:int, T:int, C:int, dtype:str="bf16", backend:str="inductor", reps:int=20) -> dict:
+    """`BertOutput`'s epilogue (dropout, residual, LayerNorm; bf16 out) and `BertIntermediate`'s (bias, GELU; width 4C) at
+    `(B, T, C)`: ms eager and compiled with `backend`, MB the eager operations move and the fused kernel's inputs and
+    output, and the largest difference of the two without dropout"""
+    dev, dt = torch.device(device), (torch.bfloat16 if dtype == "bf16" else torch.float32)
+    torch.manual_seed(0)
+    x, r, u = (torch.randn(B, T, n, device=dev).to(dt) for n in (C, C, 4 * C))
+    w, b, ub = torch.ones(C, device=dev), torch.zeros(C, device=dev), torch.randn(4 * C, device=dev)
+    fns, out = compiled_epilogues(backend), {}
+    ln = lambda f, p=0.1, train=True: (lambda: f(x, r, w, b, 1e-12, p, train, dt))
+    gl = lambda f: (lambda: f(u, ub))
+    for name, plain, fused in (("residual_ln", ln(dropout_add_layer_norm), ln(fns["dropout_add_layer_norm"])),
+                               ("bias_gelu", gl(bias_gelu), gl(fns["bias_gelu"]))):
+        fused()                                                           # compiled here, outside the timing
+        out[f"{name}_eager_ms"], out[f"{name}_fused_ms"] = (1e3 * _median_s(f, dev, reps) for f in (plain, fused))
+    with ByteCounter() as bc: y = ln(dropout_add_layer_norm)()
+    out["residual_ln_eager_mb"], out["residual_ln_fused_mb"] = sum(bc.bytes.values()) / 1e6, sum(t.nbytes for t in (x, r, w, b, y)) / 1e6
+    e, f = ln(dropout_add_layer_norm, 0.0, False)(), ln(fns["dropout_add_layer_norm"], 0.0, False)()
+    out["max_diff"] = (e.float() - f.float()).abs().max().item()
+    return out
+
+def check_fastpath(c:CheckRun) -> dict:
+    "The fused epilogues: their kernels against eager (`epilogue_timing`), then `quick` trained with them, its score beside the quick section's"
+    B, T, C = c.b["fastpath"]["shape"]
+    r = epilogue_timing(c.device, B, T, C, "bf16" if c.cuda else "fp32", c.b["compile_backend"], c.b["fastpath"]["reps"])
+    m, steps = _trained(c.config("fastpath", short=False, **c.b["quick"], fused_epilogues=True, compile_backend=c.b["compile_backend"],
+                                 save_checkpoint=False, checkpoint_every=0))
+    r.update({f"quick_{k}": v for k, v in _fig(m, steps).items() if k in ("train_s", "steps_per_s", "overall")}, fused_blocks=m["fused_epilogues"]["fused"])
+    q = c.out/"quick"/"metrics.json"                                      # the quick section's run, when it ran in this call
+    if q.is_file(): r["quick_overall_diff"] = m["overall"] - json.loads(q.read_text())["overall"]
+    return r
 
 # %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
 def check_timeline(c:CheckRun) -> dict:
@@ -336,7 +372,7 @@ def check_ceilings(c:CheckRun) -> dict:
 
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
-CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "timeline": check_timeline, "profile": check_profile,
+CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "fastpath": check_fastpath, "timeline": check_timeline, "profile": check_profile,
           "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
           "smart": functools.partial(check_preset, name="smart", preset="opt-smart1"),

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
+from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
 from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
 from .loaders import make_loader, TaskDataset
@@ -302,6 +303,8 @@ def _model(self:Run):
     self.model = model = MultitaskBert(cfg.model_config()).to(self.device)
     self.fwd = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                    find_unused_parameters=True) if self.distributed else model   # one task's head per step: the others get no gradient
+    self.fused = use_fused_epilogues(model, cfg.compile_backend) if cfg.fused_epilogues else None   # after PEFT: what PEFT changed stays plain
+    if self.fused and self.main: print(f"fused epilogues ({cfg.compile_backend}): {self.fused['fused']} blocks, {self.fused['plain']} kept plain")
     self.graphs0 = _compiled_graphs() if cfg.compile else None
     if cfg.compile: self.fwd = compile_forward(self.fwd, model, cfg)
     if self.init_from is not None and not self.resume and not cfg.from_pretrained:
@@ -496,7 +499,7 @@ def _metrics(self:Run) -> dict:
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32",
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
-             pad_multiple=self.pad_multiple, sdpa=self.sdpa or None,
+             pad_multiple=self.pad_multiple, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
              preset=cfg.preset, code=self.code,
              optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
