@@ -4,12 +4,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install -q --disable-pip-version-check --no-compile
-# pip byte-compiles what it installs on one core; compileall does it on all of them (a third of CI's install time on 2 cores).
-# Compiled here, not on import: with PYTHONDONTWRITEBYTECODE set, every process would compile torch again. A file that
-# does not compile (some packages ship files for other Pythons) is left as it is. Left out: the packages' own test suites
-# (`tests/` folders: nothing imports them) and pip, a quarter of the files. Not `testing/` folders: numpy, torch and
-# pandas import theirs, and with PYTHONDONTWRITEBYTECODE every process would compile them again.
-COMPILE = $(BIN)/python -m compileall -q -j 0 -x '/tests/|/site-packages/pip/' $(VENV)/lib >/dev/null 2>&1 || true
+# Bytecode: the environment may set PYTHONDONTWRITEBYTECODE=1, and then every process compiles again each module it imports
+# (torch alone: seconds a process, and the suite starts hundreds). pip is told not to compile (`--no-compile`: that is all
+# it installs, on one core), and the commands below may write bytecode: each module is compiled once, by the first process
+# that imports it, and only the modules something imports (a compileall of the whole environment cost 42 s of CI's install).
+unexport PYTHONDONTWRITEBYTECODE
 # torch: the CPU build, on any pip setup. PyPI's Linux torch is the CUDA build (GBs), so torch comes from the PyTorch
 # CPU index (or a wheel already on this machine, for offline installs), and every later pip call pins the same version.
 # GPU users pick their CUDA index, e.g.  make TORCH_INDEX=https://download.pytorch.org/whl/cu126 train
@@ -33,17 +32,14 @@ $(VENV)/.torch: | $(BIN)/python
 	  echo "torch: using the wheel already on this machine"; \
 	else if [ -s $$log ]; then echo "torch: the local install failed ($$log): $$(grep -v '^ *$$' $$log | tail -n 2 | tr '\n' ' ')"; fi; \
 	  echo "torch: $(TORCH) from $(TORCH_INDEX)"; $(PIP) "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
-	$(COMPILE)
 	touch $@
 
 $(VENV)/.runtime: pyproject.toml $(VENV)/.torch
 	$(PIP) "$(TORCH)" -e .
-	$(COMPILE)
 	touch $@
 
 $(VENV)/.dev: pyproject.toml $(VENV)/.torch
 	$(PIP) "$(TORCH)" -e ".[dev]"
-	$(COMPILE)
 	touch $(VENV)/.runtime $@
 
 install: $(VENV)/.runtime
@@ -59,19 +55,18 @@ demo: $(VENV)/.runtime
 
 # The whole suite (pytest + nbval over nbs/), offline; the full data is used when present, else tests/sample_data.
 # Test files and notebooks run side by side, one process per core (pytest-xdist; a file's tests stay in one process), each
-# on one thread, so the processes share the cores instead of each asking for all of them.
+# on one thread, so the processes share the cores instead of each asking for all of them. MINBERT_FSYNC=0: checkpoints are
+# written atomically but not fsynced (08a_checkpoint; about a second per MiniLM run here, where no power cut is tested).
 WORKERS ?= 4
-PYTEST  = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
+PYTEST  = MINBERT_FSYNC=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
           --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --durations=10
 # The first pass records which test files and notebooks read the full data (.data-trace/, see conftest.py) for the second.
 test: $(VENV)/.dev
-	$(BIN)/python -m compileall -q minbert_nb >/dev/null   # the package's own bytecode, once (see COMPILE): 0.4 s, not 0.4 s a process
 	MINBERT_DATA_TRACE=1 PYTHONPATH=$(CURDIR)/tests/trace$${PYTHONPATH:+:$$PYTHONPATH} $(PYTEST)
 
 # The suite with the data lookup pointed at an empty folder, as on a machine without the data (CI runs both passes).
 # What the first pass ran without reading the full data gives the same result here and is left out (tests/conftest.py).
 test-nodata: $(VENV)/.dev
-	$(BIN)/python -m compileall -q minbert_nb >/dev/null
 	d=$$(mktemp -d) && MINBERT_NODATA_PASS=1 MINBERT_DATA=$$d $(PYTEST); rc=$$?; rm -rf $$d; exit $$rc
 
 # Every CUDA path once (minbert_gpu_check: quick in bf16, eval, predict, the Predictor, resume, each PEFT module, SMART, PCGrad,

@@ -7,6 +7,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/attention.html.md"""
 # %% ../nbs/01_attention.ipynb #f7bf0e05
 from __future__ import annotations
 import math
+from typing import NamedTuple
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -15,7 +16,8 @@ from .core import *
 
 # %% auto #0
 __all__ = ['extended_attention_mask', 'to_mask_dtype', 'compute_dtype', 'attention', 'BertSelfAttention', 'unpad_rows',
-           'pad_rows', 'configure_sdpa', 'BertSelfOutput', 'BertAttention']
+           'pad_rows', 'Packed', 'varlen_attention_reference', 'varlen_kernel_ok', 'varlen_attention', 'configure_sdpa',
+           'BertSelfOutput', 'BertAttention']
 
 # %% ../nbs/01_attention.ipynb #68aade7a
 def extended_attention_mask(attention_mask:torch.Tensor, dtype=torch.float32) -> torch.Tensor:
@@ -138,10 +140,58 @@ def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:t
     """Attend over `hidden_states` `(B, T, C)`, or its real tokens `(N, C)` with `packed = (idx, B, T)`: projected packed,
     padded for attention, packed again. Returns (context, probs|None), context in the layout of `hidden_states`"""
     if packed is None: return _padded_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv, position_bias)
-    idx, B, T = packed
+    idx, B, T = packed[:3]
     q, k, v = (self.split_heads(pad_rows(t, idx, B, T)) for t in self.qkv(hidden_states))   # (B, nh, T, hs) each
     y, probs = self.attend(q, k, v, attention_mask, output_attentions, prefix_kv, position_bias)   # in the padded layout
     return unpad_rows(y, idx), probs                                     # (N, C): the real tokens again
+
+# %% ../nbs/01_attention.ipynb #16d98878
+class Packed(NamedTuple):
+    "The real tokens of a `(B, T)` batch: their flat positions `idx`; from host lengths also `cu_seqlens` `(B+1,)` int32 and the longest length"
+    idx: torch.Tensor
+    B: int
+    T: int
+    cu_seqlens: torch.Tensor|None = None
+    max_len: int|None = None
+
+def varlen_attention_reference(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, cu_seqlens:torch.Tensor) -> torch.Tensor:
+    "softmax(q kᵀ / √d) v within each sequence of packed `(N, nh, hs)` tensors: sequence i is rows `cu_seqlens[i]:cu_seqlens[i+1]`"
+    b = cu_seqlens.tolist()
+    return torch.cat([F.scaled_dot_product_attention(*(t[s:e].transpose(0, 1) for t in (q, k, v))).transpose(0, 1)   # (l, nh, hs)
+                      for s, e in zip(b[:-1], b[1:])])
+
+def _varlen_kernel():
+    "FlashAttention's variable-length kernel (`torch.nn.attention.varlen`), or None; imported on first use (it imports torch._dynamo: 1.6 s)"
+    global _VARLEN
+    if _VARLEN is False:
+        try: from torch.nn.attention.varlen import varlen_attn as _VARLEN
+        except ImportError: _VARLEN = None
+    return _VARLEN
+
+_VARLEN = False
+
+def varlen_kernel_ok(q:torch.Tensor) -> bool:
+    "Whether FlashAttention's variable-length kernel takes `q`: on CUDA, in bf16 or fp16, heads of at most 256"
+    return q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 256 and _varlen_kernel() is not None
+
+def varlen_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, cu_seqlens:torch.Tensor, max_len:int) -> torch.Tensor:
+    "Attention on packed `(N, nh, hs)` sequences: the variable-length kernel where `varlen_kernel_ok`, the reference loop elsewhere"
+    if varlen_kernel_ok(q): return _varlen_kernel()(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len)
+    return varlen_attention_reference(q, k, v, cu_seqlens)
+
+# %% ../nbs/01_attention.ipynb #7fa6d51d
+_pad_attend_forward = BertSelfAttention.forward
+
+@patch
+def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
+            output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None, position_bias:torch.Tensor|None=None):
+    "With `packed.cu_seqlens` and nothing that needs the padded layout, attention on the packed tokens (`varlen_attention`); else as above"
+    if (getattr(packed, "cu_seqlens", None) is None or prefix_kv is not None or position_bias is not None or output_attentions
+            or self.attn_implementation == "eager" or (self.training and self.dropout_p > 0)):
+        return _pad_attend_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv, packed, position_bias)
+    N = hidden_states.shape[0]
+    q, k, v = (t.view(N, self.num_heads, self.head_dim) for t in self.qkv(hidden_states))   # (N, nh, hs): no copy, no padding
+    return varlen_attention(q, k, v, packed.cu_seqlens, packed.max_len).reshape(N, -1), None
 
 # %% ../nbs/01_attention.ipynb #5bb4a122
 def configure_sdpa(device, cudnn:bool=False) -> dict:

@@ -17,8 +17,9 @@ from .attention import *
 
 # %% auto #0
 __all__ = ['BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler', 'current_task',
-           'task_context', 'BertModelOutput', 'BertModel', 'set_attn_implementation', 'relative_position_bucket',
-           'MPNetConfig', 'tiny_mpnet_config', 'MPNetEmbeddings', 'MPNetEncoder', 'MPNetModel']
+           'task_context', 'BertModelOutput', 'BertModel', 'host_packing', 'host_lengths', 'batch_to',
+           'set_attn_implementation', 'relative_position_bucket', 'MPNetConfig', 'tiny_mpnet_config', 'MPNetEmbeddings',
+           'MPNetEncoder', 'MPNetModel']
 
 # %% ../nbs/02_bert.ipynb #b08417d7
 class BertEmbeddings(nn.Module):
@@ -83,7 +84,7 @@ class BertLayer(nn.Module):
         if self.parallel is None: res = h
         elif packed is None: res = h + self.parallel(hidden_states, attention_mask)              # (B, T, C)
         else:   # real tokens only (N, C): the branch gets its padded input, and gives back its output at the real tokens
-            idx, B, T = packed
+            idx, B, T = packed[:3]
             res = h + unpad_rows(self.parallel(pad_rows(hidden_states, idx, B, T), attention_mask), idx)
         return self.output(self.intermediate(h), res), probs
 
@@ -166,45 +167,75 @@ class BertModel(nn.Module):
 @patch
 def forward(self:BertModel, input_ids:torch.Tensor, attention_mask:torch.Tensor|None=None, token_type_ids:torch.Tensor|None=None,
             output_attentions:bool=False, output_hidden_states:bool=False, prefix_kv:list|None=None,
-            task:str|None=None) -> BertModelOutput:
-    "Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`"
+            task:str|None=None, lengths:tuple|None=None) -> BertModelOutput:
+    """Encode `input_ids` (B, T); `attention_mask` is the tokenizer's 1/0 padding mask; `task` is seen by `current_task()`;
+    `lengths`, each row's real tokens as known on the host (`host_lengths`), lets a GPU skip the padding (below)"""
     with task_context(task):
         x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
-        if (attention_mask is not None and not output_attentions and attention_mask.device.type == "cpu"
-                and not torch.compiler.is_compiling() and bool(attention_mask.all())):
+        if (attention_mask is not None and not output_attentions and not torch.compiler.is_compiling()
+                and (min(lengths) == input_ids.shape[1] if lengths is not None and self.unpad else
+                     attention_mask.device.type == "cpu" and bool(attention_mask.all()))):
             attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
                                      # mask is free: on a GPU `bool(...)` would stall the host until the device catches up,
-                                     # and in a compiled graph it would break the graph (its value is data)
+                                     # and in a compiled graph it would break the graph (its value is data); the
+                                     # host's `lengths` say it for free
         mask = None if attention_mask is None else extended_attention_mask(attention_mask, compute_dtype(x))   # once, in the
                                                                                           # dtype the layers' scores have
         if prefix_kv is None and self.prefix_provider is not None: prefix_kv = self.prefix_provider(input_ids.shape[0])
-        h, hs, at = self._encode(x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
+        h, hs, at = self._encode(x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv, lengths)
         return BertModelOutput(h, self.pooler(h), hs, at)
 
 @patch
-def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None):
+def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None, lengths=None):
     "The encoder over the embeddings `x` `(B, T, C)`; `attention_mask` is the 1/0 padding mask, `mask` its additive form"
     return self.encoder(x, mask, output_attentions, output_hidden_states, prefix_kv)
 
 # %% ../nbs/02_bert.ipynb #f0021c8f
 _padded_encode = BertModel._encode
 
-@patch
-def _can_unpad(self:BertModel, attention_mask, per_layer_outputs:bool) -> bool:
-    """Packing pays where padding exists and finding it is free: on CPU (`nonzero` would stall a GPU's host), and
-    without per-layer outputs (kept padded)"""
-    return self.unpad and attention_mask is not None and attention_mask.device.type == "cpu" and not per_layer_outputs
+def host_packing(lengths, T:int, device) -> Packed:
+    "`Packed` from the rows' real lengths known on the host: the flat positions of the real tokens and `cu_seqlens`, sent to `device` (the device is never asked)"
+    ln = torch.tensor(lengths)
+    idx = (torch.arange(T) < ln[:, None]).reshape(-1).nonzero().squeeze(1)          # right padding: row i's first ln[i] tokens
+    cu = F.pad(ln.cumsum(0), (1, 0)).to(torch.int32)                                # [0, l1, l1+l2, ...]
+    return Packed(idx.to(device, non_blocking=True), len(ln), T, cu.to(device, non_blocking=True), int(ln.max()))
+
+def host_lengths(batch):
+    """`batch` (a dict, nested) with `lengths`, each row's real tokens as a tuple of ints, beside every right-padded 2-d
+    `attention_mask` still on the host: what `BertModel` packs from on a GPU. Called before the batch moves to the device"""
+    if not isinstance(batch, dict): return batch
+    out = {k: host_lengths(v) for k, v in batch.items()}
+    m = batch.get("attention_mask")
+    if isinstance(m, torch.Tensor) and m.device.type == "cpu" and m.dim() == 2:
+        n = m.sum(1)
+        if bool((m.cumprod(1).sum(1) == n).all()): out["lengths"] = tuple(n.tolist())   # right-padded: ones, then zeros
+    return out
+
+def batch_to(batch, device, model:nn.Module|None=None):
+    "`to_device`, after `host_lengths` where `device` is a GPU and `model`'s BERT (`model.bert`) packs its tokens (`unpad`)"
+    device = torch.device(device)
+    bert = getattr(model, "bert", None)
+    if device.type == "cuda" and getattr(bert, "unpad", False): batch = host_lengths(batch)
+    return to_device(batch, device)
 
 @patch
-def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None):
+def _can_unpad(self:BertModel, attention_mask, per_layer_outputs:bool, lengths=None) -> bool:
+    """Packing pays where padding exists and finding it is free: on CPU (`nonzero`), or anywhere from the host's `lengths`
+    (on a GPU `nonzero` would stall the host until the device catches up); without per-layer outputs (kept padded)"""
+    return (self.unpad and attention_mask is not None and not per_layer_outputs
+            and (lengths is not None or attention_mask.device.type == "cpu"))
+
+@patch
+def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, output_hidden_states=False, prefix_kv=None, lengths=None):
     """The encoder over the embeddings `x` `(B, T, C)`: where `_can_unpad`, on the real tokens only `(N, C)`, padded again
-    after (zeros at padding); otherwise as it is"""
-    if not self._can_unpad(attention_mask, output_attentions or output_hidden_states):
+    after (zeros at padding); otherwise as it is. From the host's `lengths` the packing also carries `cu_seqlens`, so
+    attention can run on the packed tokens (`01_attention`)"""
+    if not self._can_unpad(attention_mask, output_attentions or output_hidden_states, lengths):
         return _padded_encode(self, x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
-    idx = attention_mask.reshape(-1).nonzero().squeeze(1)                  # flat positions of the N real tokens
-    packed = (idx, *x.shape[:2])                                           # (idx, B, T)
-    h, hs, at = self.encoder(unpad_rows(x, idx), mask, output_attentions, output_hidden_states, prefix_kv, packed)   # (N, C)
-    return pad_rows(h, *packed), hs, at                                    # (B, T, C), zeros at padding
+    packed = (host_packing(lengths, x.shape[1], x.device) if lengths is not None else
+              Packed(attention_mask.reshape(-1).nonzero().squeeze(1), *x.shape[:2]))      # flat positions of the N real tokens
+    h, hs, at = self.encoder(unpad_rows(x, packed.idx), mask, output_attentions, output_hidden_states, prefix_kv, packed)   # (N, C)
+    return pad_rows(h, *packed[:3]), hs, at                                 # (B, T, C), zeros at padding
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):

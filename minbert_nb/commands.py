@@ -9,7 +9,8 @@ from __future__ import annotations
 import dataclasses, sys, time, warnings
 from pathlib import Path
 from .core import default_device, cli
-from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, backbone_name, KNOWN_CONFIGS
+from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, backbone_name, KNOWN_CONFIGS, read_config
+from .bert import BertConfig
 from .data import DataError
 from .fetch import ensure_data
 from .checkpoint import TrainingInterrupted, write_json
@@ -21,7 +22,7 @@ from .phases import run_training
 from .folders import expand, OutputFolder, check_new_folder
 
 # %% auto #0
-__all__ = ['dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
+__all__ = ['backbone_cost_ratio', 'dry_run', 'minbert_train', 'minbert_eval', 'minbert_predict']
 
 # %% ../nbs/14a_commands.ipynb #fd0ff5a8
 def _check_hardware(cfg:TrainConfig):
@@ -29,8 +30,15 @@ def _check_hardware(cfg:TrainConfig):
     big = not is_embedded(cfg.backbone)
     if big and not (cfg.random_init and str(cfg.backbone) in KNOWN_CONFIGS): resolve_checkpoint(cfg.backbone)   # fails clearly offline
     if cfg.dry_run: return
-    if big and dev.type == "cpu":
-        warnings.warn(f"backbone {cfg.backbone} on CPU: a full run of preset {cfg.preset} takes days; use a GPU (--device cuda).")
+    if big and dev.type == "cpu" and (r := backbone_cost_ratio(cfg.backbone)) > 2:   # a tiny test model or a MiniLM-sized one: no warning
+        warnings.warn(f"backbone {cfg.backbone} on CPU: about {r:.0f}x the embedded MiniLM's cost per token, so preset {cfg.preset} "
+                      f"takes about {r:.0f}x as long as with MiniLM; use a GPU (--device cuda).")
+
+def backbone_cost_ratio(backbone) -> float:
+    "A backbone's encoder cost per token (layers x width², what its matmuls scale with) over the embedded MiniLM's"
+    cost = lambda c: c.num_hidden_layers * c.hidden_size ** 2
+    c = BertConfig(**KNOWN_CONFIGS[backbone]) if str(backbone) in KNOWN_CONFIGS else read_config(resolve_checkpoint(backbone))
+    return cost(c) / cost(read_config(resolve_checkpoint(None)))
 
 def dry_run(cfg:TrainConfig) -> dict:
     "Build the model of `cfg` (no data, no training), write `RUN_DIR/params.json` and print the counts"

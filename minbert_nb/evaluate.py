@@ -13,6 +13,7 @@ import torch
 from tqdm.auto import tqdm
 from .core import *
 from .checkpoint import atomic_write_text
+from .bert import batch_to
 from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, AS_BEFORE
 
 # %% auto #0

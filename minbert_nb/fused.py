@@ -19,7 +19,7 @@ from .bert import *
 
 # %% auto #0
 __all__ = ['MATMUL_OPS', 'op_group', 'ByteCounter', 'dropout_add_layer_norm', 'bias_gelu', 'compiled_epilogues', 'epilogue_bytes',
-           'use_fused_epilogues']
+           'use_fused_epilogues', 'step_bytes']
 
 # %% ../nbs/02b_fused.ipynb #7f7eae4b
 MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "_addmm_activation"}
@@ -130,3 +130,20 @@ def forward(self:BertIntermediate, hidden_states):
     if fused is None or type(self.dense) is not nn.Linear or self.dense.bias is None:   # a PEFT `dense` (LoRA) runs the plain way
         return _plain_intermediate(self, hidden_states)
     return compiled_epilogues(fused[0])["bias_gelu"](F.linear(hidden_states, self.dense.weight), self.dense.bias, fused[2])
+
+# %% ../nbs/02b_fused.ipynb #91ea968c
+def step_bytes(config:BertConfig|None=None, B:int=8, T:int=128, amp:bool=True, device="cpu", top:int=12) -> dict:
+    """The bytes of one training step of a `BertModel` of `config` (default bert-base) at `B` x `T` tokens, no padding, under
+    bf16 autocast if `amp` (`ByteCounter`): by group, the `top` operations, the q/k/v `cat`, and the epilogues' forward
+    bytes eager and fused (`epilogue_bytes`, two epilogues a layer)"""
+    config = config or BertConfig()
+    torch.manual_seed(0)
+    m = BertModel(config).to(device).train(); m.unpad = False          # the padded layout, as on a GPU
+    ids = torch.randint(1, config.vocab_size, (B, T), device=device)
+    with ByteCounter() as bc, torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=amp):
+        m(ids, torch.ones_like(ids)).last_hidden_state.float().pow(2).mean().backward()
+    ep = epilogue_bytes(B, T, config.hidden_size, torch.bfloat16 if amp else torch.float32, device="meta")
+    L = config.num_hidden_layers
+    return dict(B=B, T=T, amp=amp, layers=L, hidden=config.hidden_size, ops=sum(bc.calls.values()), casts=bc.calls.get("_to_copy", 0),
+                groups=bc.groups(), top=bc.bytes.most_common(top), qkv_cat=bc.bytes.get("cat", 0),
+                epilogues_eager=2 * L * ep["eager"], epilogues_fused=2 * L * ep["fused"])

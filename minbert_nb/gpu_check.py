@@ -10,9 +10,11 @@ import dataclasses, functools, json, os, shutil, statistics, subprocess, sys, te
 from pathlib import Path
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from .core import default_device, tiny_config, cli
+from .attention import extended_attention_mask, varlen_attention, varlen_kernel_ok
 from .fused import ByteCounter, dropout_add_layer_norm, bias_gelu, compiled_epilogues
-from .bert import BertModel, BertConfig
+from .bert import host_packing, BertModel, BertConfig
 from .attention import configure_sdpa
 from .pretrained import tiny_backbone
 from .optimizer import AdamW
@@ -27,10 +29,10 @@ from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 # %% auto #0
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'SUMMARY_KEYS', 'busy_fraction',
            'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling', 'launch_cost',
-           'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'check_fastpath', 'check_timeline',
-           'check_profile', 'check_mfu', 'check_eval', 'check_predict', 'check_predictor', 'check_peft', 'check_preset',
-           'check_compile', 'check_torchrun', 'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check',
-           'summary_lines', 'minbert_gpu_check']
+           'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'varlen_timing', 'check_fastpath',
+           'check_timeline', 'check_profile', 'check_mfu', 'check_eval', 'check_predict', 'check_predictor',
+           'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'check_ceilings',
+           'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -134,7 +136,7 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100);
                                copy_mb=512, launch_ops=500, reps=20),
                  timeline=(20, 100), profile=(20, 50), tiny_backbone=False, compile_backend="inductor", adamw=dict(steps=10),
                  bench=dict(batch_size=32, max_length=128, warmup=3, reps=10),
-                 mfu=dict(grid=((32, 128), (128, 128)), compiled=True, warmup=3, reps=10), fastpath=dict(shape=(32, 128, 768), reps=20)),
+                 mfu=dict(grid=((32, 128), (128, 128)), compiled=True, warmup=3, reps=10), fastpath=dict(shape=(32, 128, 768), heads=12, reps=20)),
     "tiny": dict(quick=dict(steps_per_epoch=4, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
                  short=dict(steps_per_epoch=2, batch_size=4, train_limit=24, dev_limit=16, eval_batch_size=16, max_length=32),
                  compile_steps=3, resume=(4, 2), deadline_s=None,
@@ -144,7 +146,7 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100);
                  adamw=dict(steps=3, config=tiny_config(), reps=3),
                  bench=dict(config=tiny_config(vocab_size=30522), batch_size=4, max_length=16, warmup=1, reps=2, memory=False),
                  mfu=dict(config=tiny_config(vocab_size=30522), grid=((2, 16),), compiled=False, warmup=1, reps=2),   # compiled: 24_bench
-                 fastpath=dict(shape=(2, 16, 32), reps=2)),
+                 fastpath=dict(shape=(2, 16, 32), heads=4, reps=2)),
 }
 
 # %% ../nbs/24a_gpu_check.ipynb #c86b08f4
@@ -237,10 +239,31 @@ def epilogue_timing(device, B:int, T:int, C:int, dtype:str="bf16", backend:str="
     out["max_diff"] = (e.float() - f.float()).abs().max().item()
     return out
 
+def varlen_timing(device, B:int, T:int, C:int, heads:int, dtype:str="bf16", reps:int=20) -> dict:
+    """Attention on `B` rows of lengths drawn between T/2 and T: padded with the mask (SDPA) against packed (`varlen_attention`:
+    FlashAttention's variable-length kernel on CUDA), ms each, whether the kernel ran, the largest difference at the real tokens"""
+    dev, dt = torch.device(device), (torch.bfloat16 if dtype == "bf16" else torch.float32)
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g).tolist()
+    pk = host_packing(lengths, T, dev)
+    am = (torch.arange(T) < torch.tensor(lengths)[:, None]).long().to(dev)
+    hs = C // heads
+    q, k, v = (torch.randn(B * T, heads, hs, device=dev).to(dt) for _ in range(3))
+    pad = lambda t: t.view(B, T, heads, hs).transpose(1, 2)                  # (B, nh, T, hs)
+    mask = extended_attention_mask(am, dt)
+    qp, kp, vp = (t.index_select(0, pk.idx) for t in (q, k, v))              # (N, nh, hs): the real tokens
+    padded = lambda: F.scaled_dot_product_attention(pad(q), pad(k), pad(v), attn_mask=mask)
+    packed = lambda: varlen_attention(qp, kp, vp, pk.cu_seqlens, pk.max_len)
+    a = padded().transpose(1, 2).reshape(B * T, heads, hs).index_select(0, pk.idx)
+    return dict(varlen_kernel=varlen_kernel_ok(qp), padding_fraction=1 - sum(lengths) / (B * T),
+                attn_padded_ms=1e3 * _median_s(padded, dev, reps), attn_varlen_ms=1e3 * _median_s(packed, dev, reps),
+                varlen_max_diff=(a.float() - packed().float()).abs().max().item())
+
 def check_fastpath(c:CheckRun) -> dict:
-    "The fused epilogues: their kernels against eager (`epilogue_timing`), then `quick` trained with them, its score beside the quick section's"
+    "The fast path: the fused epilogues' kernels against eager (`epilogue_timing`), attention packed against padded (`varlen_timing`), then `quick` with the fused epilogues, its score beside the quick section's"
     B, T, C = c.b["fastpath"]["shape"]
     r = epilogue_timing(c.device, B, T, C, "bf16" if c.cuda else "fp32", c.b["compile_backend"], c.b["fastpath"]["reps"])
+    r.update(varlen_timing(c.device, B, T, C, c.b["fastpath"]["heads"], "bf16" if c.cuda else "fp32", c.b["fastpath"]["reps"]))
     m, steps = _trained(c.config("fastpath", short=False, **c.b["quick"], fused_epilogues=True, compile_backend=c.b["compile_backend"],
                                  save_checkpoint=False, checkpoint_every=0))
     r.update({f"quick_{k}": v for k, v in _fig(m, steps).items() if k in ("train_s", "steps_per_s", "overall")}, fused_blocks=m["fused_epilogues"]["fused"])

@@ -136,8 +136,8 @@ class TaskOutput:
 
 # %% ../nbs/06_multitask.ipynb #23919127
 def _pad_to(enc:dict, T:int, pad_id:int=0) -> dict:
-    "Right-pad every (B, t) tensor of `enc` to length `T`: `input_ids` with `pad_id`, the mask and token types with 0"
-    return {k: F.pad(x, (0, T - x.shape[1]), value=pad_id if k == "input_ids" else 0) for k, x in enc.items()}
+    "Right-pad every (B, t) tensor of `enc` to length `T`: `input_ids` with `pad_id`, the mask and token types with 0 (host `lengths` stay)"
+    return {k: F.pad(x, (0, T - x.shape[1]), value=pad_id if k == "input_ids" else 0) if torch.is_tensor(x) else x for k, x in enc.items()}
 
 # %% ../nbs/06_multitask.ipynb #a730ce50
 def fake_batch(task:str, B:int=3, T:int=6, vocab:int=100, pair_mode:str="bi", seed:int=0) -> dict:
@@ -213,7 +213,8 @@ def embed_pair(self:MultitaskBert, a:dict, b:dict, task:str|None=None):
     "Vectors `u`, `v` of two encodings, in a single BERT call"
     T = max(a["input_ids"].shape[1], b["input_ids"].shape[1])
     a, b = _pad_to(a, T, self.pad_id), _pad_to(b, T, self.pad_id)
-    both = {k: torch.cat([a[k], b[k]]) for k in a}         # (2B, T)
+    both = {k: torch.cat([a[k], b[k]]) for k in a if k != "lengths"}         # (2B, T)
+    if "lengths" in a and "lengths" in b: both["lengths"] = a["lengths"] + b["lengths"]   # the host's lengths (a GPU): a's, then b's
     e = self.embed(both, task)
     return e[:len(e) // 2], e[len(e) // 2:]
 
@@ -237,6 +238,13 @@ def _cross(self:MultitaskBert, task:str, a:dict, s:dict|None=None) -> TaskOutput
         return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
     T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
     a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
+    if "lengths" in a and "lengths" in s:                        # host lengths (a GPU): the coins are drawn on the host, so the rows' lengths stay known there
+        coins = (torch.rand(a["input_ids"].shape[0]) < 0.5).tolist()
+        flip = torch.tensor(coins).to(a["input_ids"].device, non_blocking=True)
+        both = {k: torch.where(flip[:, None], s[k], a[k]) for k in a if k != "lengths"}
+        both["lengths"] = tuple(ls if c else la for c, ls, la in zip(coins, s["lengths"], a["lengths"]))
+        u = self.embed(both, task)
+        return TaskOutput(self.heads[task](u).squeeze(-1), u)
     flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
     u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a}, task)
     return TaskOutput(self.heads[task](u).squeeze(-1), u)

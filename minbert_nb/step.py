@@ -13,6 +13,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 from .core import to_device
+from .bert import batch_to
 from .losses import sst_loss, para_loss, sts_loss, mnrl_loss, cosent_loss
 from .data import get_task
 
@@ -222,7 +223,7 @@ def forward_backward(self:TrainStep, batches:list, where:dict|None=None, update:
     "Forward, loss terms and backward for each `(task, host batch)` of one step; with `update` (a window's end) the transform finishes the window"
     self.stats.start_step(where or {})
     for task, hb in batches:
-        batch = to_device(hb, self.device)
+        batch = batch_to(hb, self.device, self.model)          # on a GPU with the rows' lengths from the host (02_bert)
         if task == "contrastive": batch["task"] = task
         self.ctx.host_labels = hb.get("labels") if isinstance(hb.get("labels"), torch.Tensor) else None
         self.ctx.host_batch = hb

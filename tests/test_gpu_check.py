@@ -22,6 +22,7 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
     assert json.loads((tmp_path / "runs" / "quick" / "config.json").read_text())["checkpoint_every"] == 0   # nor a checkpoint inside its loop
     fp = r["paths"]["fastpath"]                                              # the fused epilogues (aot_eager here: the eager operations, traced)
     assert fp["fused_blocks"] == 6 and fp["max_diff"] == 0.0 and fp["residual_ln_eager_mb"] > fp["residual_ln_fused_mb"] > 0
+    assert fp["varlen_kernel"] is False and fp["varlen_max_diff"] < 1e-5 and fp["attn_varlen_ms"] > 0   # the reference loop on a CPU
     assert abs(fp["quick_overall_diff"]) <= 0.05, fp    # beside the quick section's run (16 dev rows a task here: one row moves overall by 0.02)
     ce = r["paths"]["ceilings"]; assert ce["matmul_tiny_64_tflops"] > 0 and ce["copy_gb_s"] > 0 and ce["launch_graph_us"] is None
     tl = r["paths"]["timeline"]; assert tl["steps"] == 4 and 0 < tl["host_ms_median"] <= tl["host_ms_p90"]
