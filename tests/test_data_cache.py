@@ -2,7 +2,7 @@
 import dataclasses, json, os, shutil, sys, time, warnings
 from pathlib import Path
 import pytest
-from datapaths import SAMPLE
+from datapaths import tiny_backbone_dir, SAMPLE
 from minbert_nb.data_cache import DataCache
 from minbert_nb.pretrained import load_tokenizer
 from minbert_nb.config import TrainConfig, preset_config
@@ -72,7 +72,8 @@ def test_warnings_of_reading_are_said_again_from_the_cache(tmp_path, tok, cache_
 
 def test_cached_run_equals_uncached_run(tmp_path, small_data, cache_dir, tok):
     "The same tiny run with the cache off and from the cache: the scores agree to the last digit"
-    kw = dict(data_dir=str(small_data), steps_per_epoch=2, batch_size=4, train_limit=16, dev_limit=16, eval_batch_size=16, save_checkpoint=False)
+    kw = dict(data_dir=str(small_data), steps_per_epoch=2, batch_size=4, train_limit=16, dev_limit=16, eval_batch_size=16, save_checkpoint=False,
+              backbone=tiny_backbone_dir())                                   # the tiny random BERT, MiniLM's tokenizer: the data is what is checked
     build_data(preset_config("quick", **kw), tok)                             # fills the cache (what a first run does)
     runs = {name: train(preset_config("quick", out=str(tmp_path / name), cache=name == "hit", **kw), progress=False) for name in ("off", "hit")}
     for name, m in runs.items():

@@ -3,6 +3,7 @@ backbone unchanged; merged equals unmerged; parameter counts equal their formula
 leaves the backbone bit-identical; a PEFT run is rebuilt by load_run"""
 import json, re
 import pytest, torch
+from datapaths import tiny_backbone_dir
 from torch import nn
 import transformers
 from minbert_nb.core import set_seed
@@ -107,10 +108,10 @@ def test_prefix_tasks_attend_differently_and_hidden_init_uses_real_activations(b
 
 def test_pretrain_keeps_the_backbone_finetune_changes_it(tmp_path, small_data):
     "All four kinds of module at once (LoRA wraps q/v, adapters wrap the output projections, PALs and prefixes sit beside)"
-    base = {k: v.clone() for k, v in load_bert().state_dict().items()}
+    base = {k: v.clone() for k, v in load_bert(tiny_backbone_dir()).state_dict().items()}   # the tiny random BERT: which weights move is checked
     out = {}
     for mode in ("pretrain", "finetune"):
-        cfg = preset_config("quick", out=str(tmp_path/mode), data_dir=str(small_data), steps_per_epoch=3, batch_size=4, train_limit=16,
+        cfg = preset_config("quick", out=str(tmp_path/mode), data_dir=str(small_data), steps_per_epoch=3, batch_size=4, train_limit=16, backbone=tiny_backbone_dir(),
                             dev_limit=8, eval_batch_size=8, peft="lora,adapter,pal,prefix", mode=mode, lora_r=2, pal_size=24,
                             prefix_len=2, adapter_size=4, prefix_init="hidden")
         m = train(cfg, progress=False)
