@@ -176,7 +176,7 @@ def varlen_kernel_ok(q:torch.Tensor) -> bool:
 
 def varlen_attention(q:torch.Tensor, k:torch.Tensor, v:torch.Tensor, cu_seqlens:torch.Tensor, max_len:int) -> torch.Tensor:
     "Attention on packed `(N, nh, hs)` sequences: the variable-length kernel where `varlen_kernel_ok`, the reference loop elsewhere"
-    if varlen_kernel_ok(q): return _varlen_kernel()(q, k, v, cu_seqlens, cu_seqlens, max_len, max_len)
+    if varlen_kernel_ok(q): return _varlen_kernel()(*(t.contiguous() for t in (q, k, v)), cu_seqlens, cu_seqlens, max_len, max_len)
     return varlen_attention_reference(q, k, v, cu_seqlens)
 
 # %% ../nbs/01_attention.ipynb #7fa6d51d
@@ -185,9 +185,12 @@ _pad_attend_forward = BertSelfAttention.forward
 @patch
 def forward(self:BertSelfAttention, hidden_states:torch.Tensor, attention_mask:torch.Tensor|None=None,
             output_attentions:bool=False, prefix_kv:tuple|None=None, packed:tuple|None=None, position_bias:torch.Tensor|None=None):
-    "With `packed.cu_seqlens` and nothing that needs the padded layout, attention on the packed tokens (`varlen_attention`); else as above"
+    """With `packed.cu_seqlens` and nothing that needs the padded layout, attention on the packed tokens (`varlen_attention`);
+    else as above. On a GPU only where the variable-length kernel runs (bf16/fp16): the reference loop would launch B kernels a layer"""
+    no_kernel = hidden_states.is_cuda and not (compute_dtype(hidden_states) in (torch.bfloat16, torch.float16) and self.head_dim <= 256
+                                               and _varlen_kernel() is not None)
     if (getattr(packed, "cu_seqlens", None) is None or prefix_kv is not None or position_bias is not None or output_attentions
-            or self.attn_implementation == "eager" or (self.training and self.dropout_p > 0)):
+            or self.attn_implementation == "eager" or (self.training and self.dropout_p > 0) or no_kernel):
         return _pad_attend_forward(self, hidden_states, attention_mask, output_attentions, prefix_kv, packed, position_bias)
     N = hidden_states.shape[0]
     q, k, v = (t.view(N, self.num_heads, self.head_dim) for t in self.qkv(hidden_states))   # (N, nh, hs): no copy, no padding

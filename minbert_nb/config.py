@@ -145,6 +145,7 @@ class TrainConfig(ModelConfig):
     compile_mode: str|None = None    # inductor mode: None (default), reduce-overhead (CUDA graphs) or max-autotune
     pad_multiple: int|None = None    # pad each batch's length up to a multiple of this; None = 1 on CPU (exact), 16 on CUDA, 32 with compile
     sdpa_cudnn: bool = False         # CUDA: let attention use cuDNN's SDPA kernel (it builds an execution plan per new shape; 01_attention)
+    unpad: bool = True               # the layers run on the real tokens only: on CPU found in the mask, on a GPU from the host's lengths (02_bert)
     fused_epilogues: bool = False    # each layer's dropout-residual-LayerNorm and bias-GELU as compiled kernels, LayerNorm outputs in bf16 under autocast (02b_fused; compile_backend); for GPUs
     # --- losses
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}

@@ -301,6 +301,7 @@ def _model(self:Run):
     "The model (wrapped for DDP and compiled when asked), with a previous phase's weights, Quora's prior shift and prefixes"
     cfg, train = self.cfg, self.data["train"]
     self.model = model = MultitaskBert(cfg.model_config()).to(self.device)
+    model.bert.unpad = cfg.unpad                                         # False: every batch padded, as before 02_bert skipped it
     self.fwd = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                    find_unused_parameters=True) if self.distributed else model   # one task's head per step: the others get no gradient
     self.fused = use_fused_epilogues(model, cfg.compile_backend) if cfg.fused_epilogues else None   # after PEFT: what PEFT changed stays plain
@@ -499,7 +500,7 @@ def _metrics(self:Run) -> dict:
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32",
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
-             pad_multiple=self.pad_multiple, sdpa=self.sdpa or None, fused_epilogues=self.fused,
+             pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
              preset=cfg.preset, code=self.code,
              optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))

@@ -44,3 +44,16 @@ def test_mpnet_packs_from_lengths_and_keeps_its_bias():
     hb = host_lengths({"input_ids": ids, "attention_mask": am})
     a, b = m(ids, am).last_hidden_state, m(ids, am, lengths=hb["lengths"]).last_hidden_state
     torch.testing.assert_close(a[am.bool()], b[am.bool()], rtol=1e-5, atol=1e-5)
+
+def test_unpad_false_keeps_every_batch_padded(tmp_path):
+    "`--unpad false`: the run's BERT never packs (said in metrics.json); by default it does"
+    import json
+    from minbert_nb.commands import minbert_train
+    from datapaths import SAMPLE, run_command
+    args = ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--data_dir", SAMPLE, "--steps_per_epoch", "2", "--epochs", "1",
+            "--batch_size", "4", "--train_limit", "8", "--dev_limit", "4", "--eval_batch_size", "4", "--sst_phrases", "false", "--device", "cpu"]
+    for flag, want in ((["--unpad", "false"], False), ([], True)):
+        out = tmp_path / str(want)
+        r = run_command(minbert_train, *args, "--out", out, *flag)
+        assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
+        assert json.loads((out / "metrics.json").read_text())["unpad"] is want
