@@ -34,12 +34,25 @@ $(VENV)/.torch: | $(BIN)/python
 	  echo "torch: $(TORCH) from $(TORCH_INDEX)"; $(PIP) "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
 	touch $@
 
+# The rest is installed by uv, itself installed from the package index into the venv: the ~130 packages of the dev extras
+# take about 10 s where pip takes 80 s on 2 cores (the same versions: `pip freeze` is identical). torch is already in place
+# and pinned, so uv keeps it. uv does not read pip's configuration (a private index, find-links): where uv cannot be
+# installed or its install fails, pip installs the same (the reason is in .venv/uv.log). UV=0 always uses pip.
+UV ?= 1
+define INSTALL
+	@log=$(VENV)/uv.log; rm -f $$log; \
+	if [ "$(UV)" = "1" ] && $(PIP) uv >>$$log 2>&1 && $(BIN)/uv pip install -q --python $(BIN)/python $(1) >>$$log 2>&1; then \
+	  echo "installed with uv: $(1)"; \
+	else [ "$(UV)" = "1" ] && echo "uv could not install ($$log: $$(grep -v '^ *$$' $$log | tail -n 1)): installing with pip"; \
+	  $(PIP) $(1); fi
+endef
+
 $(VENV)/.runtime: pyproject.toml $(VENV)/.torch
-	$(PIP) "$(TORCH)" -e .
+	$(call INSTALL,"$(TORCH)" -e .)
 	touch $@
 
 $(VENV)/.dev: pyproject.toml $(VENV)/.torch
-	$(PIP) "$(TORCH)" -e ".[dev]"
+	$(call INSTALL,"$(TORCH)" -e ".[dev]")
 	touch $(VENV)/.runtime $@
 
 install: $(VENV)/.runtime

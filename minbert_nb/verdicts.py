@@ -11,7 +11,6 @@ from dataclasses import asdict
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from scipy import stats
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
@@ -21,15 +20,20 @@ from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'paired_ci', 'verdict',
-           'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
-           'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
-           'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
-           'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text',
-           'summary_table', 'readings_text', 'report_markdown', 'write_report']
+__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'student_t', 'paired_ci',
+           'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
+           'scale_caveat', 'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge',
+           'claims_frame', 'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings',
+           'earlier_folders', 'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text',
+           'budget_text', 'summary_table', 'readings_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
+
+def student_t():
+    "scipy's Student-t distribution, imported on first use (scipy.stats costs a second a process that only imports this module)"
+    from scipy.stats import t
+    return t
 
 def paired_ci(diffs, level:float=0.95) -> tuple:
     "Mean of the per-seed differences `diffs` and its Student-t interval (nan with fewer than 2)"
@@ -37,7 +41,7 @@ def paired_ci(diffs, level:float=0.95) -> tuple:
     if n == 0: return (math.nan,) * 3
     m = float(d.mean())
     if n < 2: return m, math.nan, math.nan
-    h = float(stats.t.ppf((1 + level) / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+    h = float(student_t().ppf((1 + level) / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
     return m, m - h, m + h
 
 def verdict(lo:float, hi:float, sign:int, n:int) -> str:
@@ -334,7 +338,7 @@ def p_value(diffs) -> float:
     if len(d) < 2: return math.nan
     sd = d.std(ddof=1)
     if sd == 0: return 0.0 if d.mean() != 0 else 1.0
-    return float(2 * stats.t.sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
+    return float(2 * student_t().sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
 
 def agreement(paper:float, lo:float, hi:float, sign:int) -> str:
     "`agrees in size` when `paper` lies in [lo, hi]; else `smaller` or `larger`: our effect along the paper's `sign` against the paper's"
@@ -351,8 +355,8 @@ def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
     if n < MIN_SEEDS: return f"not tested (fewer than {MIN_SEEDS} seeds; margin ±{margin:g})"
     m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
     if se == 0: p = 0.0 if abs(m) < margin else 1.0
-    else: p = float(max(stats.t.sf((m + margin) / se, n - 1), stats.t.cdf((m - margin) / se, n - 1)))
-    h = float(stats.t.ppf(1 - alpha, n - 1) * se)
+    else: p = float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
+    h = float(student_t().ppf(1 - alpha, n - 1) * se)
     return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
 
 # %% ../nbs/16d_verdicts.ipynb #bcfdd7ed
@@ -373,7 +377,7 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100) -> float:
     if len(d) < 2 or d.mean() == 0: return math.nan
     sd, m = d.std(ddof=1), abs(d.mean())
     if sd == 0: return float(len(d))
-    return float(next((n for n in range(2, cap + 1) if stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) < m), cap + 1))
+    return float(next((n for n in range(2, cap + 1) if student_t().ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) < m), cap + 1))
 
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
 EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")

@@ -123,6 +123,11 @@ class _Doc(HTMLParser):
         if self._in_h1: self.h1 += d
         if not self._skip: self.prose.append(d)
 
+@functools.lru_cache(maxsize=None)
+def _doc(text):
+    "One parse a page (static or its DOM after the scripts), shared by the tests that read it (each parse of the 54 pages: seconds)"
+    return _Doc(text)
+
 def _remote(url): return bool(re.match(r"^\s*(https?:)?//", url, re.I))
 
 def test_sidebar_yml_places_every_notebook_in_the_story_sections():
@@ -141,7 +146,7 @@ def test_pages_in_reading_order_with_numbered_sidebar(site):
     expected = _expected_sidebar()
     assert pages == [p for p, _, _ in expected], "pages are not in the order of nbs/sidebar.yml"
     for page in pages:
-        d = _Doc((out / page).read_text())
+        d = _doc((out / page).read_text())
         assert [h for h, _, _ in d.sidebar] == [p for p, _, _ in expected], f"{page}: sidebar out of order"
         assert [h for h, act, _ in d.sidebar if act] == [page], f"{page}: the current page is not the one highlighted"
         assert d.sections == SECTIONS, f"{page}: the sidebar's section labels are {d.sections}"
@@ -153,7 +158,7 @@ def test_no_page_loads_anything_from_the_web(site):
     out, pages = site
     for page in pages:
         text = (out / page).read_text()
-        remote = [(t, u) for t, u in _Doc(text).resources if _remote(u)]
+        remote = [(t, u) for t, u in _doc(text).resources if _remote(u)]
         assert not remote, f"{page} loads from the web: {remote[:5]}"
         assert not re.search(r"url\(\s*['\"]?\s*(https?:)?//|@import", text, re.I), f"{page}: remote CSS"
     for css in (out / "assets").rglob("*.css"):
@@ -222,8 +227,8 @@ def test_every_page_loads_in_chromium(browsed):
     for page in pages:
         dom = doms[page]
         assert len(dom) > 1000 and "</html>" in dom, f"{page}: Chromium returned no DOM"
-        static = _Doc((out / page).read_text())
-        d = _Doc(dom)
+        static = _doc((out / page).read_text())
+        d = _doc(dom)
         assert static.h1.strip() and d.h1.strip() == static.h1.strip() and static.h1.strip() in d.title, f"{page}: no page title in the DOM"
         assert d.prose.strip(), f"{page}: empty page"
     bad = [(p, c) for p, c in log if c not in (200, 304)]   # 304: one browser loads every page, from its cache after the first
@@ -239,7 +244,7 @@ def test_links_and_images_resolve(browsed):
         except urllib.error.HTTPError as e: return e.code
     checked = 0
     for page in pages:
-        d = _Doc(doms[page])
+        d = _doc(doms[page])
         assert not [(t, u) for t, u in d.resources if _remote(u)], f"{page}: after its scripts ran it loads from the web"
         for ref in d.imgs + d.links:
             ref = html.unescape(ref).strip()
@@ -251,7 +256,7 @@ def test_links_and_images_resolve(browsed):
         for src in d.imgs:
             assert src and not _remote(src), f"{page}: image {src!r}"
     assert checked >= len(pages) * len(pages), "too few in-site links checked (is the sidebar there?)"
-    figs = [img for page in pages for img in _Doc(doms[page]).imgs if img.startswith("figures/")]
+    figs = [img for page in pages for img in _doc(doms[page]).imgs if img.startswith("figures/")]
     assert figs and all((out / f).stat().st_size > 1000 for f in figs), "figures stored as notebook outputs are not shown as images"
 
 @needs_chromium
@@ -259,7 +264,7 @@ def test_sidebar_in_browser_lists_every_notebook(browsed):
     base, out, pages, log, doms = browsed
     expected = [p for p, _, _ in _expected_sidebar()]
     for page in pages:
-        d = _Doc(doms[page])
+        d = _doc(doms[page])
         assert [h for h, _, _ in d.sidebar] == expected, f"{page}: the sidebar does not list every notebook in order"
         assert [h for h, act, _ in d.sidebar if act] == [page]
 
@@ -272,7 +277,7 @@ def test_math_is_typeset(browsed):
     for page in pages:
         dom = doms[page]
         assert 'data-math="typeset"' in dom, f"{page}: MathJax did not run"
-        raw = re.findall(r"\$[^$\n]{1,200}?\$|\\\(|\\\[", _Doc(dom).prose)
+        raw = re.findall(r"\$[^$\n]{1,200}?\$|\\\(|\\\[", _doc(dom).prose)
         assert not raw, f"{page}: raw TeX left in the prose: {raw[:5]}"
     for page in math: assert doms[page].count("<mjx-container") >= 3, f"{page}: its math was not typeset"
     assert any(r[0].startswith("/assets/mathjax/output/chtml/fonts/") for r in log), "MathJax fonts were not loaded from the site"
@@ -448,101 +453,109 @@ def test_search_finds_pcgrad_from_gradient_surgery(audited):
 CHAPTERS_IN_FLOW = {"attention.html": "forward", "bert.html": "forward", "optimizer.html": "step", "lora.html": "forward",
                     "adapters.html": "forward", "prefix.html": "forward", "smart.html": "ascend", "pcgrad.html": "apply", "step.html": "__call__"}
 
-def _soup(text):
-    from bs4 import BeautifulSoup
-    return BeautifulSoup(text, docs._parser())
+def _has(cls):
+    "XPath: the element's class list holds `cls` (what CSS's `.cls` selects)"
+    return f"contains(concat(' ', normalize-space(@class), ' '), ' {cls} ')"
+
+def _first(el, path):
+    "The first node `path` finds from `el`, or None"
+    found = el.xpath(path)
+    return found[0] if found else None
+
+def _text(el, sep=""):
+    "The element's text, its pieces joined by `sep` (BeautifulSoup's get_text)"
+    return sep.join(el.itertext())
 
 @pytest.fixture(scope="module")
-def soups(site):
-    "Every page parsed once (html.parser takes seconds a page on the largest ones): page -> BeautifulSoup, read only"
+def trees(site):
+    """Every page parsed once with lxml (its tree: page -> the <html> element, read only). BeautifulSoup over lxml took 21 s
+    for the 54 pages here, lxml alone under a second"""
+    import lxml.html
     out, pages = site
-    return {p: _soup((out / p).read_text()) for p in pages}
+    return {p: lxml.html.fromstring((out / p).read_bytes()) for p in pages}
 
-def _entries(soup):
+def _entries(root):
     "Each show_doc entry of a page: (its name, the cell that shows it)"
-    for a in soup.select("main a.source-link"):
-        cell = a.find_parent(class_="jp-Cell")
-        h = a.find_next(re.compile(r"^h[2-6]$"))
-        yield (h.get_text(" ").replace("¶", "").strip() if h else "?"), cell
+    for a in root.xpath(f"//main//a[{_has('source-link')}]"):
+        cell = _first(a, f"ancestor::*[{_has('jp-Cell')}][1]")
+        h = _first(a, "following::*[self::h2 or self::h3 or self::h4 or self::h5 or self::h6][1]")
+        yield (_text(h, " ").replace("¶", "").strip() if h is not None else "?"), cell
 
-def test_every_api_entry_shows_its_source(site, soups):
+def test_every_api_entry_shows_its_source(site, trees):
     "Under every documented name, its source: folded in the entry's cell, or the defining code cell right after it"
     out, pages = site
     missing, n = [], 0
     for page in pages:
-        soup = soups[page]
-        for name, cell in _entries(soup):
+        for name, cell in _entries(trees[page]):
             n += 1
             if cell is None: missing.append(f"{page}: {name}"); continue
-            if cell.select_one("details.api-source pre"): continue
+            if _first(cell, f".//details[{_has('api-source')}]//pre") is not None: continue
             short = name.split(".")[-1].split()[0].strip("_")          # the heading shows `__getstate__` as bold "getstate"
-            def near(step):                                               # the code cell after (or before) the entry, past other entries
-                x = step(cell)
-                while x is not None and x.select_one("a.source-link") and not x.select_one(".jp-InputArea"): x = step(x)
-                return x.select_one(".jp-InputArea pre") if x is not None else None
-            codes = [near(lambda x: x.find_next_sibling(class_="jp-Cell")), near(lambda x: x.find_previous_sibling(class_="jp-Cell"))]
-            if not any(c is not None and re.search(rf"\b(def|class)\s+_*{re.escape(short)}_*\b|\b{re.escape(short)}\s*=", c.get_text()) for c in codes):
+            def near(axis):                                               # the code cell after (or before) the entry, past other entries
+                x = _first(cell, f"{axis}::*[{_has('jp-Cell')}][1]")
+                while x is not None and x.xpath(f".//a[{_has('source-link')}]") and not x.xpath(f".//*[{_has('jp-InputArea')}]"):
+                    x = _first(x, f"{axis}::*[{_has('jp-Cell')}][1]")
+                return _first(x, f".//*[{_has('jp-InputArea')}]//pre") if x is not None else None
+            codes = [near("following-sibling"), near("preceding-sibling")]
+            if not any(c is not None and re.search(rf"\b(def|class)\s+_*{re.escape(short)}_*\b|\b{re.escape(short)}\s*=", _text(c)) for c in codes):
                 missing.append(f"{page}: {name}")
     assert n > 300, f"only {n} API entries found"
     assert not missing, f"{len(missing)} of {n} API entries show no source, e.g. {missing[:8]}"
 
-def test_chapters_show_the_code_they_teach(site, soups):
+def test_chapters_show_the_code_they_teach(site, trees):
     "The chapters that teach an algorithm show its code in the flow of the text, not only folded"
     out, _ = site
     for page, method in CHAPTERS_IN_FLOW.items():
-        soup = soups[page]
-        flow = " ".join(pre.get_text() for pre in soup.select("main .jp-InputArea pre"))
+        flow = " ".join(_text(pre) for pre in trees[page].xpath(f"//main//*[{_has('jp-InputArea')}]//pre"))
         assert re.search(rf"\bdef\s+{re.escape(method)}\b", flow), f"{page}: `def {method}` is not in the page's code cells"
 
-def test_no_empty_output_blocks_and_every_chapter_shows_results(site, soups):
+def test_no_empty_output_blocks_and_every_chapter_shows_results(site, trees):
     "No output area without content; every notebook page (not the text-only ones) shows at least one output"
     out, pages = site
     text_only = {"index.html", "guide.html", "reports.html", "search.html"}
     empty, without = [], []
     for page in pages:
-        soup = soups[page]
-        for o in soup.select("main .jp-OutputArea-output"):
-            if not o.get_text(strip=True) and not o.find(["img", "svg", "table", "details"]): empty.append(page)
-        shown = [o for o in soup.select("main .jp-OutputArea-output") if not o.select_one("a.source-link") and not o.select_one("details.api-source")]
+        outputs = trees[page].xpath(f"//main//*[{_has('jp-OutputArea-output')}]")
+        for o in outputs:
+            if not _text(o).strip() and not o.xpath(".//img|.//svg|.//table|.//details"): empty.append(page)
+        shown = [o for o in outputs if not o.xpath(f".//a[{_has('source-link')}]|.//details[{_has('api-source')}]")]
         if page not in text_only and not shown: without.append(page)
     assert not empty, f"empty output blocks on {sorted(set(empty))}"
     assert not without, f"pages whose cells show no output: {without}"
 
-def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site, soups):
+def test_reproduction_page_opens_with_the_verdicts_and_shows_every_figure(site, trees):
     out, _ = site
-    soup = soups["reproduction.html"]
-    main = soup.select_one("main")
-    tables = [t for t in main.find_all("table") if {"claim", "paper", "verdict"} <= {th.get_text(strip=True) for th in t.find_all("th")}]
+    main = _first(trees["reproduction.html"], "//main")
+    tables = [t for t in main.iter("table") if {"claim", "paper", "verdict"} <= {_text(th).strip() for th in t.iter("th")}]
     assert tables, "no table of all claims"
     n_claims = len((ROOT / "results" / "reproduction" / "claims.csv").read_text().strip().splitlines()) - 1
-    assert len(tables[0].find_all("tr")) - 1 == n_claims, "the claims table does not list every claim"
-    figs = [img["src"] for img in main.find_all("img")]
+    assert len(list(tables[0].iter("tr"))) - 1 == n_claims, "the claims table does not list every claim"
+    figs = [img.get("src") for img in main.iter("img")]
     n_figs = len(list((ROOT / "results" / "reproduction" / "figures").glob("*.png")))
     assert len(figs) >= n_figs and all((out / f).stat().st_size > 5000 for f in figs), f"{len(figs)} figures shown, {n_figs} in results/reproduction/figures"
-    assert "reproduced" in main.get_text()[:3000], "the page does not open with the verdict counts"
-    for d in main.select("details.runs"):
-        assert not d.has_attr("open") and d.select("li a.repo-link"), "run folders are not folded, or not links"
-    assert not re.search(r"(results/[\w./-]+;){3}", main.get_text()), "run folders listed inline, joined by semicolons"
+    assert "reproduced" in _text(main)[:3000], "the page does not open with the verdict counts"
+    for d in main.xpath(f".//details[{_has('runs')}]"):
+        assert d.get("open") is None and d.xpath(f".//li//a[{_has('repo-link')}]"), "run folders are not folded, or not links"
+    assert not re.search(r"(results/[\w./-]+;){3}", _text(main)), "run folders listed inline, joined by semicolons"
 
-def test_repository_paths_are_links(site, soups):
+def test_repository_paths_are_links(site, trees):
     "A repository path in code font (`results/peft/frontier.png`, `tests/`) is a link to a page of the site showing it"
     out, pages = site
     unlinked = []
     for page in pages:
-        soup = soups[page]
-        for code in soup.select("main code"):
-            if code.find_parent(["a", "pre", "h1", "h2", "h3", "h4"]) or code.find_parent(class_="jp-RenderedText"): continue
-            t = code.get_text().strip()
+        for code in trees[page].xpath("//main//code"):
+            if code.xpath(f"ancestor::a|ancestor::pre|ancestor::h1|ancestor::h2|ancestor::h3|ancestor::h4|ancestor::*[{_has('jp-RenderedText')}]"): continue
+            t = _text(code).strip()
             if docs._REPO_PATH.fullmatch(t) and "*" not in t and (ROOT / t.rstrip("/")).exists() and (ROOT / t.rstrip("/")) != ROOT:
                 unlinked.append(f"{page}: {t}")
     assert not unlinked, f"{len(unlinked)} repository paths are not links, e.g. {unlinked[:8]}"
     view = out / docs.REPO_DIR / "results" / "reproduction" / "report.md.html"
     assert view.exists() and "Reproduction report" in view.read_text()
 
-def test_reports_are_named_not_numbered_like_seeds(site, soups):
+def test_reports_are_named_not_numbered_like_seeds(site, trees):
     "The four reports are named by authors and number (\"Liu & Shen (000)\"), never \"seed 000\", and link to the reports page"
     out, pages = site
-    bad = [p for p in pages if re.search(r"\b[Ss]eeds? 00[0234]\b", soups[p].get_text())]
+    bad = [p for p in pages if re.search(r"\b[Ss]eeds? 00[0234]\b", _text(trees[p]))]
     assert not bad, f"pages that call a report a seed: {bad}"
     assert 'href="reports.html#report-000"' in (out / "index.html").read_text()
     readme = (ROOT / "README.md").read_text() + (ROOT / "results" / "reproduction" / "report.md").read_text()
