@@ -560,3 +560,16 @@ def test_reports_are_named_not_numbered_like_seeds(site, trees):
     assert 'href="reports.html#report-000"' in (out / "index.html").read_text()
     readme = (ROOT / "README.md").read_text() + (ROOT / "results" / "reproduction" / "report.md").read_text()
     assert not re.search(r"\b[Ss]eeds? 00[0234]\b", readme), "README or the reproduction report calls a report a seed"
+
+def test_enhance_page_links_mentions_inside_text_and_keeps_the_rest():
+    "Mentions in the middle of a text (before and after a tag, twice in one piece) become links; code blocks, comments and the rest stay"
+    body = ('<!DOCTYPE html><html><head><title>t</title></head><body><main><h2 id="x">X <a href="#x">¶</a></h2>'
+            '<p>see 08b_step, then <em>Liu &amp; Shen (000)</em> and 08b_step.<!--API-SOURCE:0--> after</p>'
+            '<p><code>08b_step</code> <code>08b_step.TrainStep</code></p><pre>08b_step</pre><img src="a.png"></main></body></html>')
+    out, recs = docs.enhance_page(body, "smart.html", {"08b_step": "step.html"}, {}, "", None)
+    link = lambda href, cls, text: rf'<a (?=[^>]*href="{re.escape(href)}")(?=[^>]*class="{cls}")[^>]*>{text}</a>'
+    assert len(re.findall(link("step.html", "nb-link", "08b_step"), out)) == 2, out
+    assert re.search(r"see " + link("step.html", "nb-link", "08b_step") + r", then <em>" + link("reports.html#report-000", "report-link", "Liu &amp; Shen \\(000\\)"), out), out
+    assert re.search(link("step.html", "nb-link", "<code>08b_step</code>"), out) and re.search(link("step.html#trainstep", "nb-link", r"<code>08b_step\.TrainStep</code>"), out)
+    assert "<pre>08b_step</pre>" in out and "<!--API-SOURCE:0--> after</p>" in out and 'alt="A figure' in out and out.startswith("<!DOCTYPE html>")
+    assert recs == [["X", "x", "see 08b_step, then Liu & Shen (000) and 08b_step. after 08b_step 08b_step.TrainStep 08b_step"]], recs

@@ -332,13 +332,6 @@ class PageExporter(HTMLExporter):
         self.register_filter("filter_data_type", WidgetsDataTypeFilter(notebook_metadata=self._nb_metadata, parent=self, resources=resources))
         return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
 
-def _parser():
-    "lxml's HTML parser where it is installed (a tenth of html.parser's time on these pages), else Python's own"
-    try:
-        import lxml  # noqa: F401
-        return "lxml"
-    except ImportError: return "html.parser"
-
 # ---- the code on the page: each API entry's source, folded under it ----
 _SHOW_DOC = re.compile(r"^\s*show_doc\(\s*([\w.]+)\s*[,)]", re.M)
 
@@ -450,14 +443,14 @@ class RepoViews:
         else: body = f"<pre>{html.escape(text)}</pre>"
         self._page(page, rel, note + body)
 
-def _link_repo_paths(soup, root, views, module_page, page):
+def _link_repo_paths(root, views, module_page, page):
     "Every repository path in code font (`results/reproduction/report.md`, `tests/`) that exists becomes a link to its page"
     n = 0
     if views is None: return 0
     up = "../" * page.count("/")
-    for code in list(root.find_all("code")):
-        if _inside(code, _SKIP_LINK, "jp-RenderedText") or code.find("a"): continue
-        txt = code.get_text().strip()
+    for code in list(root.iter("code")):
+        if _under(code.getparent(), _SKIP_LINK, "jp-RenderedText") or code.find(".//a") is not None: continue
+        txt = code.text_content().strip()
         if not _REPO_PATH.fullmatch(txt) or "*" in txt: continue
         if txt.startswith("nbs/") and txt.endswith(".ipynb"): href = nb_page(txt)
         elif txt in module_page: href = module_page[txt]
@@ -465,7 +458,7 @@ def _link_repo_paths(soup, root, views, module_page, page):
             href = views.href(txt)
             if href is None: continue
             href = up + href
-        a = soup.new_tag("a", href=href); a["class"] = "repo-link"; code.wrap(a); n += 1
+        _wrap(code, href, "repo-link"); n += 1
     return n
 
 REPORTS_PAGE = "reports.html"
@@ -473,65 +466,80 @@ REPORTS_PAGE = "reports.html"
 REPORT_NAMES = {"000": "Liu & Shen", "002": "Lee & Li", "003": "Chan", "004": "Wang"}
 _REPORT_RE = re.compile(r"(?:Liu & Shen|Lee & Li|Chan|Wang) \((00[0234])\)")
 
-def _link_reports(soup, root, page):
+def _link_reports(root, page):
     "Each mention of a report by its name (\"Liu & Shen (000)\") links to the page on the four reports"
-    from bs4 import NavigableString
     if page == REPORTS_PAGE: return 0
     n = 0
-    for t in list(root.find_all(string=_REPORT_RE)):
-        if not isinstance(t, NavigableString) or _inside(t, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
-        s, last, parts = str(t), 0, []
+    for el, slot, box in _texts(root):
+        s = getattr(el, slot)
+        if not _REPORT_RE.search(s) or _under(box, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
+        pieces, last = [], 0
         for m in _REPORT_RE.finditer(s):
-            parts += [s[last:m.start()], m.group(0)]; last = m.end()
-        parts.append(s[last:])
-        for k, x in enumerate(parts):
-            if k % 2:
-                a = soup.new_tag("a", href=f"{REPORTS_PAGE}#report-{_REPORT_RE.fullmatch(x).group(1)}"); a["class"] = "report-link"; a.string = x
-                t.insert_before(a); n += 1
-            elif x: t.insert_before(NavigableString(x))
-        t.extract()
+            pieces += [s[last:m.start()], _a(f"{REPORTS_PAGE}#report-{m.group(1)}", "report-link", m.group(0))]; last = m.end(); n += 1
+        _replace_text(el, slot, pieces + [s[last:]])
     return n
 
 # ---- after rendering: source links, notebook names as links, "on this page", the search index ----
 _BLOCK = {"p", "li", "td", "th", "div", "pre", "blockquote", "dd", "dt", "h4", "h5", "h6", "summary"}
 _SKIP_LINK = {"a", "pre", "script", "style", "textarea", "h1", "h2", "h3", "h4", "h5", "h6", "button", "summary"}
 
-def _inside(el, names=(), cls=None) -> bool:
-    "Whether an ancestor of `el` is a tag named in `names` or has class `cls` (bs4's find_parent per node cost a minute a build)"
-    for p in el.parents:
-        if p.name in names or (cls is not None and cls in (p.get("class") or ())): return True
+def _under(el, names=(), cls=None) -> bool:
+    "Whether `el` or an ancestor of it is a tag named in `names` or has class `cls`"
+    while el is not None:
+        if el.tag in names or (cls is not None and cls in (el.get("class") or "").split()): return True
+        el = el.getparent()
     return False
 
-def _linkify_notebooks(soup, root, nb_links, current):
+def _texts(root):
+    """Every piece of text under `root` (lxml keeps a tag's first text in `.text` and the text after it in `.tail`), as
+    (element, "text" or "tail", the tag that holds the text), in document order; comments' own text left out"""
+    out = []
+    for el in root.iter():
+        if isinstance(el.tag, str) and el.text: out.append((el, "text", el))
+        if el is not root and el.tail: out.append((el, "tail", el.getparent()))
+    return out
+
+def _a(href, cls, text=None):
+    "A new link element"
+    from lxml.html import Element
+    a = Element("a", href=href); a.set("class", cls); a.text = text
+    return a
+
+def _replace_text(el, slot, pieces):
+    "Put `pieces` (strings alternating with elements, a string first and last) where `el`'s `slot` (text or tail) was"
+    if slot == "text": el.text, parent, pos = pieces[0], el, 0
+    else: el.tail, parent = pieces[0], el.getparent(); pos = parent.index(el) + 1
+    for k in range(1, len(pieces), 2):
+        pieces[k].tail = pieces[k + 1] or None; parent.insert(pos, pieces[k]); pos += 1
+
+def _wrap(el, href, cls):
+    "Wrap `el` in a new link (its text after it stays after the link)"
+    a = _a(href, cls); el.addprevious(a); a.tail, el.tail = el.tail, None; a.append(el)
+    return a
+
+def _linkify_notebooks(root, nb_links, current):
     "Every mention of a notebook (`08b_step`, 08g_smart, nbs/08h_pcgrad.ipynb) in prose, tables and show_doc text becomes a link to its page"
-    from bs4 import NavigableString
     if not nb_links: return 0
     pat = re.compile(r"(?<![\w/.-])(?:nbs/(?:[\w-]+/)*)?(" + "|".join(map(re.escape, sorted(nb_links, key=len, reverse=True))) + r")(?:\.ipynb)?(?![\w-])")
     n = 0
-    for code in list(root.find_all("code")):
-        if _inside(code, _SKIP_LINK, "jp-RenderedText"): continue
-        txt = code.get_text().strip()
+    for code in list(root.iter("code")):
+        if _under(code.getparent(), _SKIP_LINK, "jp-RenderedText"): continue
+        txt = code.text_content().strip()
         m = pat.fullmatch(txt) or pat.match(txt)
         sym = txt[m.end():] if m else ""
         if m and (not sym or re.fullmatch(r"\.\w[\w.]*", sym)) and (nb_links[m.group(1)] != current or sym):   # `08h_pcgrad.PCGrad`: its entry
-            a = soup.new_tag("a", href=(nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""))
-            a["class"] = "nb-link"; code.wrap(a); n += 1
-    for t in list(root.find_all(string=pat)):
-        if not isinstance(t, NavigableString) or _inside(t, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
-        parts, last, s = [], 0, str(t)
+            _wrap(code, (nb_links[m.group(1)] if nb_links[m.group(1)] != current else "") + (f"#{sym[1:].lower()}" if sym else ""), "nb-link"); n += 1
+    for el, slot, box in _texts(root):
+        s = getattr(el, slot)
+        if not pat.search(s) or _under(box, _SKIP_LINK | {"code"}, "jp-RenderedText"): continue
+        pieces, last = [], 0
         for m in pat.finditer(s):
             if nb_links[m.group(1)] == current: continue
-            parts += [s[last:m.start()], (nb_links[m.group(1)], m.group(0))]; last = m.end()
-        if not parts: continue
-        parts.append(s[last:])
-        for x in parts:
-            if isinstance(x, tuple):
-                a = soup.new_tag("a", href=x[0]); a["class"] = "nb-link"; a.string = x[1]; t.insert_before(a); n += 1
-            elif x: t.insert_before(NavigableString(x))
-        t.extract()
+            pieces += [s[last:m.start()], _a(nb_links[m.group(1)], "nb-link", m.group(0))]; last = m.end(); n += 1
+        if pieces: _replace_text(el, slot, pieces + [s[last:]])
     return n
 
-def _heading_text(h): return " ".join(h.get_text(" ").replace("¶", "").split())
+def _heading_text(h): return " ".join(" ".join(h.itertext()).replace("¶", "").split())
 
 def module_pages(nb_pages):
     "Module file (minbert_nb/smart.py) -> the page of the notebook that exports it, from `#| default_exp`"
@@ -541,51 +549,67 @@ def module_pages(nb_pages):
         if m and f.name in nb_pages: out["minbert_nb/" + m.group(1).replace(".", "/") + ".py"] = nb_pages[f.name]
     return out
 
+_HEADING = "following::*[self::h2 or self::h3 or self::h4 or self::h5 or self::h6][1]"
+
 def enhance_page(body, page, nb_links, module_page, repo_url, views=None):
     """The page's "source" links, notebook names as links, the "on this page" list, and its search records [(heading, anchor, text)].
     The repository address in nbs/nbdev.yml is not a published repository, so a show_doc entry's "source" link goes to the
-    notebook page that defines the name (its entry there), not to a line of a .py file nobody can open"""
-    from bs4 import BeautifulSoup
-    soup = BeautifulSoup(body, _parser())
-    main = soup.find("main")
-    for img in main.select("img:not([alt])"): img["alt"] = "A figure output by a cell of this notebook"
-    for a in main.find_all("a", href=True):
-        if a.get_text().strip() != "source" or not (repo_url and a["href"].startswith(repo_url)): continue
-        h = a.find_next(re.compile(r"^h[2-6]$"))
-        name = _heading_text(h) if h else ""
-        mod = a["href"][len(repo_url):].split("/blob/", 1)[-1].split("/", 1)[-1].split("#")[0]
+    notebook page that defines the name (its entry there), not to a line of a .py file nobody can open.
+    One parse of the page with lxml (BeautifulSoup over lxml took 40% of the build: 9.5 MB of pages)"""
+    import lxml.html
+    doc = lxml.html.document_fromstring(body)
+    main = doc.find(".//main")
+    for img in main.iter("img"):
+        if img.get("alt") is None: img.set("alt", "A figure output by a cell of this notebook")
+    for a in list(main.iter("a")):
+        href = a.get("href")
+        if href is None or a.text_content().strip() != "source" or not (repo_url and href.startswith(repo_url)): continue
+        h = next(iter(a.xpath(_HEADING)), None)
+        name = _heading_text(h) if h is not None else ""
+        mod = href[len(repo_url):].split("/blob/", 1)[-1].split("/", 1)[-1].split("#")[0]
         tgt = module_page.get(mod, page)
-        a["href"] = (tgt if tgt != page else "") + (f"#{h['id']}" if h is not None and h.get("id") else "")
+        a.set("href", (tgt if tgt != page else "") + (f"#{h.get('id')}" if h is not None and h.get("id") else ""))
         nb = next((k for k, v in nb_links.items() if v == tgt), tgt)
-        a["title"] = f"{name} is defined in the notebook {nb} ({mod} is generated from it)"
-        a.string = f"defined in {nb}"; a["class"] = "source-link"
-    for a in main.find_all("a", href=True):   # a Markdown link to a notebook file (README style: nbs/guide.ipynb#x) -> its page
-        m = re.fullmatch(r"(?:\./|\.\./)?(?:nbs/)?(?:[\w-]+/)*([\w-]+)\.ipynb(#[\w-]*)?", a["href"])
-        if m: a["href"] = nb_page(m.group(1)) + (m.group(2) or "")
-    _linkify_notebooks(soup, main, nb_links, page)
-    _link_repo_paths(soup, main, views, module_page, page)
-    _link_reports(soup, main, page)
+        a.set("title", f"{name} is defined in the notebook {nb} ({mod} is generated from it)")
+        for c in list(a): a.remove(c)
+        a.text = f"defined in {nb}"; a.set("class", "source-link")
+    for a in main.iter("a"):   # a Markdown link to a notebook file (README style: nbs/guide.ipynb#x) -> its page
+        m = re.fullmatch(r"(?:\./|\.\./)?(?:nbs/)?(?:[\w-]+/)*([\w-]+)\.ipynb(#[\w-]*)?", a.get("href") or "")
+        if m: a.set("href", nb_page(m.group(1)) + (m.group(2) or ""))
+    _linkify_notebooks(main, nb_links, page)
+    _link_repo_paths(main, views, module_page, page)
+    _link_reports(main, page)
     # "on this page": the page's ## and ### headings (show_doc entries included)
-    heads = [h for h in main.find_all(["h2", "h3"]) if h.get("id")]
+    heads = [h for h in main.iter("h2", "h3") if h.get("id")]
     toc = ""
     if heads:
-        lis = "".join(f'<li class="l{h.name[1]}"><a href="#{html.escape(h["id"], quote=True)}">{html.escape(_heading_text(h))}</a></li>' for h in heads)
+        lis = "".join(f'<li class="l{h.tag[1]}"><a href="#{html.escape(h.get("id"), quote=True)}">{html.escape(_heading_text(h))}</a></li>' for h in heads)
         toc = f'<details class="page-toc" open><summary>On this page</summary><ul>{lis}</ul></details>'
     # search records: the page's text split at its ## / ### headings (prose, code, show_doc text; not plain cell outputs)
     recs, cur, buf = [], ("", ""), []
     skip = ("script", "style", "button")
-    from bs4 import NavigableString, Tag
-    for el in main.descendants:
-        if isinstance(el, Tag) and el.name in ("h2", "h3") and el.get("id"):
-            recs.append((cur, buf)); cur, buf = (_heading_text(el), el["id"]), []
-        elif isinstance(el, NavigableString) and el.strip():
-            par = el.parent
-            if par.name in skip or _inside(el, ("h2", "h3"), "jp-RenderedText"): continue
-            gap = " " if par.name in _BLOCK and el.previous_sibling is None else ""   # words of adjacent blocks stay apart
-            buf.append(gap + str(el))
+    from lxml import etree
+    hidden, gap = [], False     # hidden: per open tag, whether its text is left out (a heading, a cell's text output); gap: a
+    def add(text, box):         # block began or ended since the last text kept (its words stay apart from the next block's)
+        nonlocal gap
+        if box.tag in skip or hidden[-1]: return
+        if not text.strip(): gap = True; return   # white space between two tags: a space between their words
+        buf.append((" " if gap else "") + text); gap = False
+    for ev, el in etree.iterwalk(main, events=("start", "end", "comment")):
+        if ev == "comment":                       # a comment: only the text after it counts
+            if el.tail: add(el.tail, el.getparent())
+        elif ev == "start":
+            hidden.append((hidden[-1] if hidden else False) or el.tag in ("h2", "h3") or "jp-RenderedText" in (el.get("class") or "").split())
+            if el.tag in ("h2", "h3") and el.get("id"):
+                recs.append((cur, buf)); cur, buf = (_heading_text(el), el.get("id")), []
+            gap = gap or el.tag in _BLOCK
+            if el.text: add(el.text, el)
+        else:
+            hidden.pop(); gap = gap or el.tag in _BLOCK
+            if el is not main and el.tail: add(el.tail, el.getparent())
     recs.append((cur, buf))
     records = [[h, aid, " ".join("".join(b).replace("¶", "").split())[:4000]] for (h, aid), b in recs if b or h]
-    out = str(soup).replace("<!--PAGE-TOC-->", toc)
+    out = lxml.html.tostring(doc, encoding="unicode", doctype="<!DOCTYPE html>").replace("<!--PAGE-TOC-->", toc)
     return out, records
 
 SEARCH_PAGE = "search.html"
