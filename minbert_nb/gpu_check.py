@@ -27,12 +27,12 @@ from .predictor import Predictor
 from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 
 # %% auto #0
-__all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'SUMMARY_KEYS', 'busy_fraction',
-           'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling', 'launch_cost',
-           'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'varlen_timing', 'check_fastpath',
-           'check_timeline', 'check_profile', 'check_mfu', 'check_eval', 'check_predict', 'check_predictor',
-           'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench', 'check_ceilings',
-           'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
+__all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'BUDGET_DEADLINE', 'SUMMARY_KEYS',
+           'busy_fraction', 'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling',
+           'launch_cost', 'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'varlen_timing',
+           'check_fastpath', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval', 'check_predict',
+           'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench',
+           'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -425,7 +425,9 @@ def _summary(r:dict) -> dict:
                 hf_mfu=g("mfu", "hf_mfu"), launch_eager_us=g("ceilings", "launch_eager_us"), launch_graph_us=g("ceilings", "launch_graph_us"),
                 passed=sum(v["ok"] is True for v in P.values()), failed=len(r["failed"]), skipped=sum(v["ok"] is None for v in P.values()))
 
-def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None, deadline_s:float|None=-1, json_path=None) -> dict:
+BUDGET_DEADLINE = "budget"   # `run_gpu_check(deadline_s=BUDGET_DEADLINE)`: the budget's own deadline (None already means none)
+
+def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None, deadline_s:float|str|None=BUDGET_DEADLINE, json_path=None) -> dict:
     """Run the sections of the GPU check (on `device`; `budget` 'full' on CUDA, 'tiny' elsewhere) in the report's order and
     report each: `{'paths': {name: {'ok', 'seconds', figures..., 'error'}}, 'failed': [...], ...}`. A section that would start
     more than `deadline_s` seconds after the call began (default: the budget's; None: no deadline) is skipped (`ok` None).
@@ -434,7 +436,7 @@ def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, pa
     if budget not in CHECK_BUDGETS: raise ValueError(f"run_gpu_check: budget {budget!r}; expected one of {', '.join(CHECK_BUDGETS)}.")
     paths = tuple(CHECK_PATHS if paths is None else paths)
     if bad := [p for p in paths if p not in CHECK_PATHS]: raise ValueError(f"run_gpu_check: unknown path(s) {bad}; expected some of {', '.join(CHECK_PATHS)}.")
-    deadline_s = CHECK_BUDGETS[budget]["deadline_s"] if deadline_s == -1 else deadline_s
+    deadline_s = CHECK_BUDGETS[budget]["deadline_s"] if deadline_s == BUDGET_DEADLINE else deadline_s
     tmp = None if out else tempfile.mkdtemp(prefix="minbert-gpu-check-")
     out = Path(out or tmp); out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
@@ -495,7 +497,7 @@ def minbert_gpu_check(
     "Run the GPU check's sections (ceilings, quick, timeline, profile, MFU, then every CUDA path) and write one JSON report as they end"
     if threads: torch.set_num_threads(threads)
     try: r = run_gpu_check(device, budget, out, data_dir, [p.strip() for p in paths.split(",") if p.strip()] if paths else None,
-                           -1 if deadline is None else deadline, json)
+                           BUDGET_DEADLINE if deadline is None else deadline, json)
     except ValueError as e: raise SystemExit(f"minbert_gpu_check: {e}") from None
     print("\n".join(summary_lines(r)) + f"\nthe report: {json}", flush=True)
     if r["failed"]: raise SystemExit(f"gpu-check: {len(r['failed'])} path(s) failed: {', '.join(r['failed'])}; each error is in {json}.")

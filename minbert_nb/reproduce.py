@@ -289,7 +289,7 @@ def ablate_show(table:str, scale:str|None=None):
     print(f"{t.id} at scale {scale}: each row's own optimiser (its paper's at every scale) and its budget"
           + (f" ({SCALES[scale][BUDGET]:,} examples an epoch)" if BUDGET in SCALES[scale] else " (the paper's own)"))
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60):
-        print(settings_frame(t, scale).drop(columns=["tasks"]).fillna("-").to_string())   # blank: the backbone's own, or not trained
+        print(settings_frame(t, scale).drop(columns=["tasks"]).astype(object).fillna("-").to_string())   # blank: the backbone's own, or not trained
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
 
 # %% ../nbs/16e_reproduce.ipynb #33d6467a
