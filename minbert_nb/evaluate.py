@@ -37,21 +37,24 @@ def macro_f1(pred, gold, k:int|None=None) -> float:
     return float(np.mean(f1))
 
 # %% ../nbs/08f_evaluate.ipynb #12a99dd2
-def _correlation(pred, gold, name:str) -> float:
-    "scipy's correlation `name` ('pearson' or 'spearman') of `pred` and `gold`, checked; 0 if either is constant"
+def _checked(pred, gold, name:str) -> tuple:
+    "`pred` and `gold` as float arrays of one length >= 2, or a ValueError naming the metric"
     pred, gold = np.asarray(pred, dtype=float), np.asarray(gold, dtype=float)
     if len(pred) != len(gold) or len(pred) < 2: raise ValueError(f"{name} needs equal lengths >= 2; got {len(pred)} and {len(gold)}.")
-    if pred.std() == 0 or gold.std() == 0: return 0.0
-    import scipy.stats   # here, not at import: scipy.stats costs every process that imports this module 1 s
-    return float(getattr(scipy.stats, f"{name}r")(pred, gold)[0])
+    return pred, gold
 
 def pearson(pred, gold) -> float:
-    "Pearson correlation of `pred` and `gold` (0 if either is constant)"
-    return _correlation(pred, gold, "pearson")
+    "Pearson correlation of `pred` and `gold`, CS224N's `np.corrcoef` (0 if either is constant)"
+    pred, gold = _checked(pred, gold, "pearson")
+    if pred.std() == 0 or gold.std() == 0: return 0.0
+    return float(np.corrcoef(pred, gold)[1][0])
 
 def spearman(pred, gold) -> float:
-    "Spearman's rank correlation of `pred` and `gold` (0 if either is constant)"
-    return _correlation(pred, gold, "spearman")
+    "Spearman's rank correlation of `pred` and `gold`, scipy's (0 if either is constant)"
+    pred, gold = _checked(pred, gold, "spearman")
+    if pred.std() == 0 or gold.std() == 0: return 0.0
+    import scipy.stats   # here, not at import: scipy.stats costs a process a second or two
+    return float(scipy.stats.spearmanr(pred, gold)[0])
 
 # %% ../nbs/08f_evaluate.ipynb #4efcbc86
 def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
