@@ -152,6 +152,12 @@ def path(self:AdamW, group:dict) -> str:
 def __getstate__(self:AdamW):   # the device step counters are a cache: not pickled, rebuilt from state['step']
     d = Optimizer.__getstate__(self); d.pop("_step_t", None); return d
 
+# %% ../nbs/03_optimizer.ipynb #3ae1dc99
+for _name in ("add_param_group", "zero_grad", "state_dict", "load_state_dict"):   # torch's own methods, minus the import of torch._dynamo
+    _fn = getattr(Optimizer, _name)
+    setattr(AdamW, _name, getattr(_fn, "__wrapped__", _fn))
+del _name, _fn
+
 # %% ../nbs/03_optimizer.ipynb #ea4354c9
 ADAPTER_PREFIXES = ("lora_", "adapter_", "pal_", "prefix_")
 
