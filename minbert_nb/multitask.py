@@ -238,15 +238,12 @@ def _cross(self:MultitaskBert, task:str, a:dict, s:dict|None=None) -> TaskOutput
         return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
     T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
     a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
-    if "lengths" in a and "lengths" in s:                        # host lengths (a GPU): the coins are drawn on the host, so the rows' lengths stay known there
-        coins = (torch.rand(a["input_ids"].shape[0]) < 0.5).tolist()
-        flip = torch.tensor(coins).to(a["input_ids"].device, non_blocking=True)
-        both = {k: torch.where(flip[:, None], s[k], a[k]) for k in a if k != "lengths"}
-        both["lengths"] = tuple(ls if c else la for c, ls, la in zip(coins, s["lengths"], a["lengths"]))
-        u = self.embed(both, task)
-        return TaskOutput(self.heads[task](u).squeeze(-1), u)
-    flip = torch.rand(a["input_ids"].shape[0], device=a["input_ids"].device) < 0.5
-    u = self.embed({k: torch.where(flip[:, None], s[k], a[k]) for k in a}, task)
+    coins = torch.rand(a["input_ids"].shape[0]) < 0.5            # drawn on the host: where the rows' lengths are known there
+    flip = coins.to(a["input_ids"].device, non_blocking=True)     # (a GPU's, `host_lengths`), the chosen order's stay known
+    both = {k: torch.where(flip[:, None], s[k], a[k]) for k in a if k != "lengths"}
+    if "lengths" in a and "lengths" in s:
+        both["lengths"] = tuple(ls if c else la for c, ls, la in zip(coins.tolist(), s["lengths"], a["lengths"]))
+    u = self.embed(both, task)
     return TaskOutput(self.heads[task](u).squeeze(-1), u)
 
 # %% ../nbs/06_multitask.ipynb #3d8289b6
