@@ -116,10 +116,12 @@ class BertPooler(nn.Module):
 
 # %% ../nbs/02_bert.ipynb #3e0df098
 _SLOT = threading.local()   # `task`: one per thread, as a ContextVar would be; but torch.compile traces an attribute (a ContextVar's set breaks its graph)
+_SLOT.task = None           # set in the importing thread from the start: a graph compiled before the first call would otherwise
+                            # guard on the attribute's absence, and compile the same shape again once a call had set it
 
 def current_task() -> str|None:
     "The task of the `BertModel` call in progress (`task=` argument), or None"
-    return getattr(_SLOT, "task", None)
+    return getattr(_SLOT, "task", None)   # another thread starts without the attribute
 
 @contextlib.contextmanager
 def task_context(task:str|None):

@@ -22,7 +22,7 @@ from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
 from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
 from .loaders import make_loader, TaskDataset
-from .multitask import MultitaskBert
+from .multitask import MultitaskBert, _pad_to
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
 from .pcgrad import PCGradGrads, ConflictProbe
@@ -37,9 +37,10 @@ from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
-           'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train',
-           'read_run_config', 'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
+__all__ = ['RUNTIME_FIELDS', 'PADDED_TOGETHER', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates',
+           'dist_env', 'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'one_length', 'compile_forward',
+           'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model', 'load_run_weights', 'load_run',
+           'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -182,6 +183,20 @@ def _compiled_graphs() -> int:
     from torch._dynamo.utils import counters
     return int(counters["stats"]["unique_graphs"])
 
+PADDED_TOGETHER = (("a", "b", "a_swap"), ("x", "x_swap"))   # the encodings a training forward pads to one length (06_multitask)
+
+def one_length(batch:dict, pad_id:int=0, pair_swap:bool=True) -> dict:
+    """`batch` with the encodings the model pads together (`PADDED_TOGETHER`: a pair's two sides, or with `pair_swap` a
+    cross-encoded pair and its other order) right-padded to their longest now: what reaches the encoder is the same, and the
+    shapes seen are fewer"""
+    out = dict(batch)
+    for group in (PADDED_TOGETHER if pair_swap else (("a", "b"),)):
+        keys = [k for k in group if isinstance(batch.get(k), dict) and "input_ids" in batch[k]]
+        if len(keys) < 2: continue
+        T = max(batch[k]["input_ids"].shape[1] for k in keys)
+        for k in keys: out[k] = _pad_to(batch[k], T, pad_id)
+    return out
+
 def compile_forward(fwd, model, cfg:TrainConfig):
     """`torch.compile` the training forward with static shapes. With `pad_multiple` lengths and full training batches, the
     shapes come from a short list, so the graphs are few (counted in metrics.json) and each is specialised"""
@@ -189,7 +204,9 @@ def compile_forward(fwd, model, cfg:TrainConfig):
     for k in ("recompile_limit", "cache_size_limit"):   # one graph per (task kind, length): above dynamo's default of 8
         if hasattr(dc, k): setattr(dc, k, max(getattr(dc, k), 64))
     model.bert.unpad = False   # packing the real tokens gives every batch a data-dependent shape
-    return torch.compile(fwd, dynamic=False, backend=cfg.compile_backend, **({"mode": cfg.compile_mode} if cfg.compile_mode else {}))
+    compiled = torch.compile(fwd, dynamic=False, backend=cfg.compile_backend, **({"mode": cfg.compile_mode} if cfg.compile_mode else {}))
+    def forward(batch, *args, **kw): return compiled(one_length(batch, model.pad_id, model.cfg.pair_swap), *args, **kw)
+    return forward
 
 # %% ../nbs/09_train.ipynb #7a189bac
 @dataclasses.dataclass
