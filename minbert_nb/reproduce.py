@@ -109,7 +109,7 @@ def claim_seeds(claim, folder, seeds=(0, 1, 2), device:str|None=None, scale:str=
     """The seeds `claim` is judged on in the table folder `folder` once the plan for `device` has run: the seeds where all its
     rows have finished (on any device), and, short of `len(seeds)` of them, the seeds of `seeds` this device may add runs to
     (none of that seed's runs trained on another device: `seed_device`), then spare seeds after them (`max(seeds) + 1`, ...),
-    likewise. So a GPU lent for an hour finishes a claim whose seeds 0-2 began on the CPU at seeds 3-5, and the claim pairs
+    likewise. So a GPU available for an hour finishes a claim whose seeds 0-2 began on the CPU at seeds 3-5, and the claim pairs
     each seed's rows on one device (`verdicts.judge` reads every seed where all of a claim's rows ran)"""
     t, folder, n = TABLES[claim.table], Path(folder), len(seeds)
     full = [s for s in folder_seeds(folder) if all(row_runs(t, t.row(r), seed_dir(folder, s), scale) for r in (*claim.a, *claim.b))]

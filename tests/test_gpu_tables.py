@@ -54,7 +54,7 @@ def test_run_and_land(pack, tmp_path, capsys):
     assert g.land(out / "gpu-runs.tar.gz", here) == []                                   # landed once
     # stage: the landed table travels in the pack; a run there resumes it (its finished rows do not train again)
     g.stage(["000-T10"], here, pack, scale="tiny")
-    assert "of the 64 MiB the device tool sends" in capsys.readouterr().out
+    assert "of the 64 MiB the remote runner sends" in capsys.readouterr().out
     run(["000-T10:0:1,2"], results=tmp_path / "there2" / "ablate")
     assert json.loads((out / "gpu-tables.json").read_text())["rows"] == []
     # a seed folder whose runs here trained on another device: nothing lands from it

