@@ -21,7 +21,7 @@ from .data import get_task, TASKS, CS224N_TASKS, TaskSpec, register_task
 from .task_files import read_tasks, declare_tasks
 
 # %% auto #0
-__all__ = ['MODEL_RANGES', 'ModelConfig', 'TaskOutput', 'fake_batch', 'MultitaskBert']
+__all__ = ['MODEL_RANGES', 'PADDED_TOGETHER', 'ModelConfig', 'TaskOutput', 'fake_batch', 'MultitaskBert', 'one_length']
 
 # %% ../nbs/06_multitask.ipynb #a25e569c
 MODEL_RANGES = dict(head_layers=Range(1, 2), head_dropout=PROBABILITY, hidden_dropout=PROBABILITY, attention_dropout=PROBABILITY,
@@ -217,6 +217,21 @@ def embed_pair(self:MultitaskBert, a:dict, b:dict, task:str|None=None):
     if "lengths" in a and "lengths" in b: both["lengths"] = a["lengths"] + b["lengths"]   # the host's lengths (a GPU): a's, then b's
     e = self.embed(both, task)
     return e[:len(e) // 2], e[len(e) // 2:]
+
+# %% ../nbs/06_multitask.ipynb #d0161f51
+PADDED_TOGETHER = (("a", "b", "a_swap"), ("x", "x_swap"))   # the encodings a training forward pads to one length (embed_pair, _cross)
+
+def one_length(batch:dict, pad_id:int=0, pair_swap:bool=True) -> dict:
+    """`batch` with the encodings the model pads together (`PADDED_TOGETHER`: a pair's two sides, or with `pair_swap` a
+    cross-encoded pair and its other order) right-padded to their longest now: what reaches the encoder is the same, and the
+    shapes seen are fewer"""
+    out = dict(batch)
+    for group in (PADDED_TOGETHER if pair_swap else (("a", "b"),)):
+        keys = [k for k in group if isinstance(batch.get(k), dict) and "input_ids" in batch[k]]
+        if len(keys) < 2: continue
+        T = max(batch[k]["input_ids"].shape[1] for k in keys)
+        for k in keys: out[k] = _pad_to(batch[k], T, pad_id)
+    return out
 
 # %% ../nbs/06_multitask.ipynb #68b6edac
 @patch

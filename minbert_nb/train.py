@@ -22,7 +22,7 @@ from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
 from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
 from .loaders import make_loader, TaskDataset
-from .multitask import MultitaskBert, _pad_to
+from .multitask import MultitaskBert, one_length
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
 from .pcgrad import PCGradGrads, ConflictProbe
@@ -37,10 +37,9 @@ from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'PADDED_TOGETHER', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates',
-           'dist_env', 'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'one_length', 'compile_forward',
-           'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model', 'load_run_weights', 'load_run',
-           'score_dev']
+__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
+           'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train',
+           'read_run_config', 'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -182,20 +181,6 @@ def pad_multiple_of(cfg:TrainConfig, device) -> int:
 def _compiled_graphs() -> int:
     from torch._dynamo.utils import counters
     return int(counters["stats"]["unique_graphs"])
-
-PADDED_TOGETHER = (("a", "b", "a_swap"), ("x", "x_swap"))   # the encodings a training forward pads to one length (06_multitask)
-
-def one_length(batch:dict, pad_id:int=0, pair_swap:bool=True) -> dict:
-    """`batch` with the encodings the model pads together (`PADDED_TOGETHER`: a pair's two sides, or with `pair_swap` a
-    cross-encoded pair and its other order) right-padded to their longest now: what reaches the encoder is the same, and the
-    shapes seen are fewer"""
-    out = dict(batch)
-    for group in (PADDED_TOGETHER if pair_swap else (("a", "b"),)):
-        keys = [k for k in group if isinstance(batch.get(k), dict) and "input_ids" in batch[k]]
-        if len(keys) < 2: continue
-        T = max(batch[k]["input_ids"].shape[1] for k in keys)
-        for k in keys: out[k] = _pad_to(batch[k], T, pad_id)
-    return out
 
 def compile_forward(fwd, model, cfg:TrainConfig):
     """`torch.compile` the training forward with static shapes. With `pad_multiple` lengths and full training batches, the
