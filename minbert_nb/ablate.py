@@ -12,8 +12,9 @@ import dataclasses, json, os, re, shutil, time
 from dataclasses import asdict
 from pathlib import Path
 import pandas as pd
+import torch
 from tqdm.auto import tqdm
-from .core import set_seed, default_device, code_version
+from .core import set_seed, default_device, code_version, cpu_has_native_bf16
 from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, TASK_METRIC
 from .run_data import run_files
 from .fetch import ensure_data
@@ -23,7 +24,7 @@ from .evaluate import prediction_path, raw_path
 from .config import TrainConfig
 from .checkpoint import write_json
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
-from .train import load_run, score_dev
+from .train import load_run, score_dev, amp_dtype, precision_name
 from .phases import run_training, phase_configs, copy_phase
 from .ensemble import ensemble_runs
 from .tables import SCALES, TABLES, PaperTable, Row, row_configs
@@ -32,7 +33,7 @@ from .table_report import merge_metrics, device_type, write_table
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
-           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_table']
+           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -354,14 +355,28 @@ def trains_nothing(folder:Path, table:PaperTable, row:Row) -> bool:
     if row.same_as: return trains_nothing(folder, table, table.row(row.same_as))
     return bool(row.ensemble) and all(trains_nothing(folder, table, table.row(m)) for m in row.ensemble)
 
+def run_precisions(folder, device:str) -> set:
+    "The precisions ('fp32', 'bfloat16') that the finished runs under `folder` trained in on `device` (a device type)"
+    ms = (json.loads(f.read_text()) for f in Path(folder).rglob("metrics.json"))
+    return {m["amp"] for m in ms if m.get("amp") and device_type(m) == device}
+
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
-    """Refuse to add runs on `device` beside finished runs of another device: a claim's rows must not mix devices within a seed.
-    An ensemble of finished members trains nothing (it combines their dev predictions): it may be combined on any machine"""
+    """Refuse to add runs on `device` beside finished runs of another device, or of this device in another precision than
+    `amp auto` gives here: a claim's rows must not mix devices or precisions within a seed. An ensemble of finished members
+    trains nothing (it combines their dev predictions): it may be combined on any machine"""
     if all(trains_nothing(folder, table, r) for r in todo): return     # nothing left to train here
     other = run_devices(folder) - {device}
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
                                "a claim compares must not mix devices within a seed: give another --out for this device (with `reproduce`: "
                                f"another --results), or --device {sorted(other)[0]} to go on where they ran.")
+    here = precision_name(amp_dtype(TrainConfig(), torch.device(device)))   # the rows leave `amp` at auto
+    other = run_precisions(folder, device) - {here}
+    if other:
+        why = (f"MINBERT_CPU_BF16={os.environ['MINBERT_CPU_BF16']}" if os.environ.get("MINBERT_CPU_BF16", "").strip() else
+               f"this CPU {'has' if cpu_has_native_bf16() else 'has no'} native bf16") if device == "cpu" else device
+        fix = (f"set MINBERT_CPU_BF16={1 if 'bfloat16' in other else 0} to train as they did" if device == "cpu" else "train where they did")
+        raise ValueError(f"{folder} holds runs trained in {', '.join(sorted(other))} on the {device}; here `amp auto` trains in {here} ({why}). "
+                         f"The rows that a claim compares must not mix precisions within a seed: {fix}, or give another --out.")
 
 # %% ../nbs/16b_ablate.ipynb #a18c063e
 def _done(table:PaperTable, out:Path, records:dict) -> dict:

@@ -173,7 +173,12 @@ def _env(device, dtype, warmup, reps) -> dict:
     import transformers
     return dict(device=str(device), device_name=_device_name(device), dtype=dtype, warmup=warmup, reps=reps,
                 threads=torch.get_num_threads(), torch_version=torch.__version__, transformers_version=transformers.__version__,
-                optimizer="minbert_nb.optimizer.AdamW for both models")
+                optimizer="minbert_nb.optimizer.AdamW for both models", **_cpu_env(device))
+
+def _cpu_env(device) -> dict:
+    "On a CPU: the instruction set PyTorch's kernels use, and whether it multiplies bf16 natively (bf16 figures depend on it, 00_core)"
+    if torch.device(device).type != "cpu": return {}
+    return dict(cpu_isa=torch.backends.cpu.get_cpu_capability(), cpu_native_bf16=cpu_has_native_bf16())
 
 # %% ../nbs/24_bench.ipynb #95c742cc
 def _bench_pair(mb, hf, batch:dict, dtype:str, warmup:int, reps:int, train:bool=True, memory:bool=True, adamw:bool=True,
@@ -398,7 +403,7 @@ def bench_dtypes(backbone=None, batch_size:int=32, max_length:int=128, device=No
                                                    config=config, memory=False, adamw=False, unpad=unpad))
     first = per["fp32"][0]
     r = {k: first[k] for k in ("backbone", "device", "device_name", "threads", "torch_version", "batch_size", "seq_len", "allocator_tuned",
-                               "padding_fraction", "minbert_unpad", "hf_class", "hf_attn")}
+                               "padding_fraction", "minbert_unpad", "hf_class", "hf_attn", "cpu_isa", "cpu_native_bf16") if k in first}
     r.update(rounds=rounds, warmup=warmup, reps=reps)
     spread = lambda xs: dict(median=statistics.median(xs), min=min(xs), max=max(xs))
     for what in ("forward", "train"):
@@ -416,12 +421,16 @@ def format_dtypes(r:dict) -> str:
     sp = lambda d: f"{_fmt(d['median'])} [{_fmt(d['min'])}, {_fmt(d['max'])}]"
     pad = f"padding {r['padding_fraction']:.0%}, minBERT {'skips' if r.get('minbert_unpad') else 'computes'} it"
     if r.get("hf_class", "BertModel") != "BertModel": pad += f"; HF: transformers' {r['hf_class']} ({r['hf_attn']} attention)"
-    lines = [f"fp32 vs bf16 ({r['backbone']}, {r['device_name']}, {r['threads']} threads, batch {r['batch_size']} x {r['seq_len']}, "
+    cpu = f" ({r['cpu_isa']}, {'native' if r['cpu_native_bf16'] else 'no native'} bf16)" if "cpu_isa" in r else ""
+    lines = [f"fp32 vs bf16 ({r['backbone']}, {r['device_name']}{cpu}, {r['threads']} threads, batch {r['batch_size']} x {r['seq_len']}, "
              f"{pad}, {r['rounds']} rounds, median [min, max])",
              f"{'':18}{'minBERT fp32':>14}{'minBERT bf16':>14}{'bf16 / fp32':>22}{'minBERT/HF fp32':>22}{'minBERT/HF bf16':>22}"]
     for what in ("forward", "train"):
         lines.append(f"{what + ' sent/s':18}{_fmt(med(r[f'minbert_fp32_{what}_sent_s'])):>14}{_fmt(med(r[f'minbert_bf16_{what}_sent_s'])):>14}"
                      f"{sp(r[f'minbert_{what}_bf16_over_fp32']):>22}{sp(r[f'fp32_{what}_ratio_to_hf']):>22}{sp(r[f'bf16_{what}_ratio_to_hf']):>22}")
+    if r.get("cpu_native_bf16") is False:
+        lines.append(f"This CPU ({r['cpu_isa']}) has no native bf16: PyTorch multiplies bf16 matrices on it with generic loops, so bf16 "
+                     "runs slower than fp32 here, and `amp auto` trains in fp32 on it (00_core).")
     return "\n".join(lines)
 
 # %% ../nbs/24_bench.ipynb #6968b18e

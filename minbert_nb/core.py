@@ -15,9 +15,9 @@ from fastcore.basics import patch
 import minbert_nb
 
 # %% auto #0
-__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_bf16_supported',
-           'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
-           'arg_parser', 'add_arg', 'cli_parser', 'cli']
+__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_has_native_bf16',
+           'cpu_bf16_supported', 'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'code_version',
+           'stamp_run_figure', 'arg_parser', 'add_arg', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #83fef909
 @dataclass
@@ -123,10 +123,19 @@ def default_device(device:str|torch.device|None=None) -> torch.device:
     return torch.device("cpu")
 
 # %% ../nbs/00_core.ipynb #ea4b9464
-def cpu_bf16_supported() -> bool:
+def cpu_has_native_bf16() -> bool:
     "Whether this CPU has native bf16 arithmetic (AVX-512 BF16 or AMX), as PyTorch's CPU feature probe reports"
     probes = [getattr(torch.cpu, n, None) for n in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
     return any(bool(p()) for p in probes if p is not None)
+
+def cpu_bf16_supported() -> bool:
+    """Whether `amp="auto"` trains in bf16 on this CPU: `MINBERT_CPU_BF16` if it is set (0: fp32, 1: bf16), else whether the
+    CPU has native bf16 (`cpu_has_native_bf16`)"""
+    env = os.environ.get("MINBERT_CPU_BF16", "").strip()
+    if env in ("0", "1"): return env == "1"
+    if env: raise ValueError(f"MINBERT_CPU_BF16={env!r}: expected 0 (amp auto trains in fp32 on the CPU) or 1 (in bf16), "
+                             "or unset it to let the CPU's features decide.")
+    return cpu_has_native_bf16()
 
 # %% ../nbs/00_core.ipynb #6f537de6
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc mallopt parameters (malloc.h)

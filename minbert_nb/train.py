@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from .core import set_seed, default_device, cpu_bf16_supported, tune_cpu_allocator, to_device, stamp_run_figure, code_version
+from .core import set_seed, default_device, cpu_bf16_supported, cpu_has_native_bf16, tune_cpu_allocator, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
 from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
@@ -38,8 +38,9 @@ from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
-           'predict', 'predict_file', 'amp_dtype', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train',
-           'read_run_config', 'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
+           'predict', 'predict_file', 'amp_dtype', 'precision_name', 'resumed_precision', 'pad_multiple_of',
+           'compile_forward', 'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model', 'load_run_weights',
+           'load_run', 'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -171,6 +172,26 @@ def amp_dtype(cfg:TrainConfig, device) -> torch.dtype|None:
 
 _amp_dtype = amp_dtype   # its name before it was public
 
+def precision_name(dtype:torch.dtype|None) -> str:
+    "How metrics.json, history.csv and last.pt name an autocast dtype: 'bfloat16', or 'fp32' for none"
+    return str(dtype).replace("torch.", "") if dtype else "fp32"
+
+def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, device, path) -> torch.dtype|None:
+    """The autocast dtype a run resumed from checkpoint `ck` continues in: the one it began in, as `last.pt` records it.
+    `amp auto` decides per machine (`00_core`), so on another machine it could otherwise switch a run's precision midway"""
+    saved = ck.get("precision")
+    if saved is None:
+        print(f"{path}: this checkpoint does not record the precision its steps ran in (written before minbert_nb recorded it); "
+              f"the run continues in {precision_name(here)}, as amp={cfg.amp} chooses on this machine.")
+        return here
+    dt = None if saved == "fp32" else getattr(torch, saved)
+    if dt != here:
+        slow = (" This CPU has no native bf16: its bf16 matrix products are many times slower than fp32 (00_core)."
+                if dt is not None and torch.device(device).type == "cpu" and not cpu_has_native_bf16() else "")
+        print(f"{path}: this run began in {saved}, and continues in it (amp={cfg.amp} would choose {precision_name(here)} on this "
+              f"machine; one run keeps one precision).{slow} To train in {precision_name(here)}, start a new run in another folder.")
+    return dt
+
 RUNTIME_FIELDS = ("cache", "sdpa_cudnn")   # how a run gets its inputs or picks its kernels, not what it computes: a resumed run may change them
 
 def pad_multiple_of(cfg:TrainConfig, device) -> int:
@@ -261,6 +282,7 @@ def open(self:Run) -> Run:
         elif self.main: write_json(asdict(cfg), run/"config.json")
     except BaseException: self.close(failed=True); raise
     self.amp_dtype = amp_dtype(cfg, self.device)
+    if self.resume: self.amp_dtype = resumed_precision(self.ck, cfg, self.amp_dtype, self.device, run/"last.pt")   # one run, one precision
     if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
     self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
     self.pad_multiple = pad_multiple_of(cfg, self.device)
@@ -384,6 +406,7 @@ def save_last(self:Run):
     if not self.main: return
     atomic_save(dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(), lr_scheduler=self.lr_sched.state_dict(),
                      iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st.state_dict(), config=asdict(self.cfg), code=self.code,
+                     precision=precision_name(self.amp_dtype),
                      **extra), self.dir/"last.pt")
 
 # %% ../nbs/09_train.ipynb #e36608e7
@@ -457,7 +480,7 @@ def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
     task_losses = st.task_losses
     row = dict(epoch=epoch, step=st.step, train_loss=float(np.mean(st.losses)), train_time_s=st.train_time, eval_time_s=self.eval_time,
                data_time_s=st.data_time_s, train_ex_per_s=st.n_ex / max(st.train_time, 1e-9),
-               train_padding_fraction=st.n_pad / max(st.n_tok + st.n_pad, 1), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
+               train_padding_fraction=st.n_pad / max(st.n_tok + st.n_pad, 1), amp=precision_name(self.amp_dtype), lr=opt.param_groups[0]["lr"] / opt.param_groups[0].get("lr_scale", 1.0), **m,
                **{f"train_loss_{t}": float(np.mean([v for u, v in task_losses if u == t])) for t in dict.fromkeys(u for u, _ in task_losses)},
                **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
     st.history.append(row)
@@ -500,7 +523,7 @@ def _metrics(self:Run) -> dict:
              params=self.counts, train_padding_fraction=float(np.mean([r["train_padding_fraction"] for r in st.history])),
              para_logit_bias=self.bias, para_train_prior=self.train_prior, para_prior=cfg.para_prior, skipped_rows=self.skipped,
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
-             device=str(self.device), amp=str(self.amp_dtype).replace("torch.", "") if self.amp_dtype else "fp32",
+             device=str(self.device), amp=precision_name(self.amp_dtype),
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,

@@ -109,6 +109,20 @@ def test_resume_refuses_another_config(tmp_path, small_data, capsys):
     rc, out = _here(_args(run, small_data), capsys)                       # a new run into a used folder
     assert rc != 0 and f"--resume {run}" in out
 
+def test_a_resumed_run_keeps_the_precision_it_began_in(tmp_path, small_data, capsys, monkeypatch):
+    "`amp auto` decides per machine (00_core): a run begun in bf16 and resumed where auto means fp32 goes on in bf16, and says so"
+    run = tmp_path / "r"
+    p = subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *_args(run, small_data)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**ENV, "MINBERT_CPU_BF16": "1"})
+    _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
+    assert load_checkpoint(run / "last.pt")["precision"] == "bfloat16"
+    monkeypatch.setenv("MINBERT_CPU_BF16", "0")                       # "another machine": auto would choose fp32 here
+    rc, out = _here(["--resume", str(run)], capsys)
+    assert rc == 0, out
+    assert "began in bfloat16, and continues in it (amp=auto would choose fp32" in out, out
+    assert json.loads((run / "metrics.json").read_text())["amp"] == "bfloat16"
+    assert set(__import__("pandas").read_csv(run / "history.csv")["amp"]) == {"bfloat16"}
+
 def test_resume_needs_a_run_folder(tmp_path, capsys):
     with pytest.raises(SystemExit): config_from_args(["--resume", str(tmp_path)])
     assert "config.json: not found" in capsys.readouterr().err
