@@ -78,8 +78,8 @@ def _module_in_every_group(module:str) -> tuple:
     return tuple(f"{g} / {module}" for g in (_PRE_BASE, _PRE_SBERT, _FT_BASE, _FT_SBERT))
 
 _READ_OFF = "read off the paper's table: its text does not state this comparison"
-_NULL = ("the paper asserts no effect (its table's small difference has this sign): 'inconclusive' agrees with it, "
-        "'contradicted' means A came out significantly higher, 'reproduced' significantly lower")
+_NULL = ("the paper asserts no effect (its table's small difference has this sign), so the verdict is judged against the margin "
+         "(16d_verdicts): 'reproduced' when the effect is shown smaller than the margin, 'contradicted' when shown larger")
 
 # %% ../nbs/16c_claims.ipynb #8da8feca
 claim("000-T3-finetune-sst", "Fine-tuning the whole BERT beats training the classifier alone on SST", "000-T3", "5 Experiments, Results", "sst_acc",

@@ -21,11 +21,12 @@ from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'student_t', 'paired_ci',
-           'verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics',
-           'scale_caveat', 'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge',
-           'claims_frame', 'p_value', 'agreement', 'equivalence', 'holm', 'seeds_needed', 'with_readings',
-           'earlier_folders', 'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text',
-           'budget_text', 'summary_table', 'readings_text', 'report_markdown', 'write_report']
+           'verdict', 'null_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs',
+           'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
+           'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
+           'null_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders', 'verdicts_frame', 'plot_claims',
+           'compute_text', 'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text',
+           'report_markdown', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -50,6 +51,25 @@ def verdict(lo:float, hi:float, sign:int, n:int) -> str:
     if n < MIN_SEEDS or math.isnan(lo): return "inconclusive"
     if lo > 0 or hi < 0: return "reproduced" if (1 if lo > 0 else -1) == sign else "contradicted"
     return "inconclusive"
+
+def null_verdict(diffs, margin:float) -> str:
+    """A claim of *no* effect, judged against its `margin`: reproduced when the 90% interval lies inside (−margin, +margin)
+    (two one-sided tests at 5%, TOST), contradicted when the 95% interval lies wholly beyond ±margin (the effect is shown
+    larger than the margin), else inconclusive; fewer than MIN_SEEDS seeds: inconclusive"""
+    n = len(diffs)
+    if n == 0: return "not run"
+    _, lo, hi = paired_ci(diffs)
+    if n < MIN_SEEDS or math.isnan(lo): return "inconclusive"
+    _, lo90, hi90 = paired_ci(diffs, 0.90)
+    if -margin < lo90 and hi90 < margin: return "reproduced"
+    if lo > margin or hi < -margin: return "contradicted"
+    return "inconclusive"
+
+def claim_verdict(diffs, sign:int, margin:float|None=None) -> str:
+    "A claim's verdict over its per-seed differences: `verdict` on the 95% interval, or `null_verdict` for a claim of no effect (a margin)"
+    if margin is not None: return null_verdict(diffs, margin)
+    _, lo, hi = paired_ci(diffs)
+    return verdict(lo, hi, sign, len(diffs))
 
 # %% ../nbs/16d_verdicts.ipynb #2639df71
 @functools.lru_cache(maxsize=4096)
@@ -272,14 +292,14 @@ def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
     return diffs, ar, br, where
 
 # %% ../nbs/16d_verdicts.ipynb #7d020c58
-def by_device(diffs, where, sign:int, percent:bool=False) -> tuple:
+def by_device(diffs, where, sign:int, percent:bool=False, margin:float|None=None) -> tuple:
     """Where a claim's seeds trained on more than one device (each seed's rows on one): its difference, interval and verdict read
     on each device's seeds alone, as the report prints them, and those verdicts (('', '') when one device holds every seed)"""
     devs = list(dict.fromkeys(d for _, d in where))
     if len(devs) < 2: return "", ""
     text, verdicts = [], []
     for dev in devs:
-        ds = [x for x, (_, d) in zip(diffs, where) if d == dev]; m, lo, hi = paired_ci(ds); v = verdict(lo, hi, sign, len(ds))
+        ds = [x for x, (_, d) in zip(diffs, where) if d == dev]; m, lo, hi = paired_ci(ds); v = claim_verdict(ds, sign, margin)
         seeds = ", ".join(str(s) for s, d in where if d == dev); verdicts.append(v)
         text.append(f"{dev or 'device not recorded'} (seeds {seeds}): {_f(m, percent)} [{_f(lo, percent)}, {_f(hi, percent)}], {v}")
     return "; ".join(text), ";".join(verdicts)
@@ -314,12 +334,12 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
-                ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=verdict(lo, hi, c.sign, len(diffs)), a_runs=rel(ar), b_runs=rel(br),
+                ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=claim_verdict(diffs, c.sign, c.margin), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
-                last_verdict=verdict(llo, lhi, c.sign, len(last)) if last or not diffs else "not read",
-                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent))),
+                last_verdict=claim_verdict(last, c.sign, c.margin) if last or not diffs else "not read",
+                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent, c.margin))),
                 diffs=list(diffs), settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
                 members=member_text(c, t, info))
 
@@ -359,6 +379,16 @@ def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
     h = float(student_t().ppf(1 - alpha, n - 1) * se)
     return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
 
+def null_p_value(diffs, margin:float) -> float:
+    """The p-value of the test that can decide a claim of no effect (`null_verdict`): with the mean inside ±`margin`, TOST's
+    (the larger one-sided p); beyond it, the two-sided test that the effect is the margin (nan with fewer than 2)"""
+    d = np.asarray(diffs, float); n = len(d)
+    if n < 2: return math.nan
+    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    if se == 0: return 0.0 if abs(m) != margin else 1.0
+    if abs(m) < margin: return float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
+    return float(min(1.0, 2 * student_t().sf((abs(m) - margin) / se, n - 1)))
+
 # %% ../nbs/16d_verdicts.ipynb #bcfdd7ed
 HOLM_ALPHA = 0.05
 
@@ -370,14 +400,20 @@ def holm(p_values, alpha:float=HOLM_ALPHA) -> list:
         out[i] = True
     return out
 
-def seeds_needed(diffs, level:float=0.95, cap:int=100) -> float:
+def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None) -> float:
     """The fewest seeds at which the Student-t interval of `diffs`' mean and spread would exclude zero (nan: too few to say, or
-    no mean; `cap + 1` when not even `cap` seeds would)"""
+    no mean; `cap + 1` when not even `cap` seeds would). For a claim of no effect (`margin`), the seeds at which it would be
+    decided (`null_verdict`): the 90% interval inside ±margin when the mean is, else the 95% interval beyond it"""
     d = np.asarray(diffs, float)
-    if len(d) < 2 or d.mean() == 0: return math.nan
+    if len(d) < 2 or (margin is None and d.mean() == 0): return math.nan
     sd, m = d.std(ddof=1), abs(d.mean())
+    if margin is not None and m == margin: return math.nan
     if sd == 0: return float(len(d))
-    return float(next((n for n in range(2, cap + 1) if student_t().ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n) < m), cap + 1))
+    t = lambda n, lv: student_t().ppf((1 + lv) / 2, n - 1) * sd / math.sqrt(n)
+    if margin is None: ok = lambda n: t(n, level) < m
+    elif m < margin: ok = lambda n: m + t(n, 0.90) < margin
+    else: ok = lambda n: m - t(n, level) > margin
+    return float(next((n for n in range(2, cap + 1) if ok(n)), cap + 1))
 
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
 EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
@@ -388,11 +424,14 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     df = df.copy()
     df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) for r in df.itertuples()]
     df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
-    df["p_value"] = [p_value(d) if len(d) >= MIN_SEEDS else math.nan for d in df["diffs"]]
+    margin = [claims[c].margin for c in df["claim"]]
+    df["p_value"] = [(p_value(d) if mg is None else null_p_value(d, mg)) if len(d) >= MIN_SEEDS else math.nan for d, mg in zip(df["diffs"], margin)]
     rejects = holm(df["p_value"])
-    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else
-                          ("reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted") for r, ok in zip(df.itertuples(), rejects)]
-    df["seeds_needed"] = [seeds_needed(d) if v == "inconclusive" else math.nan for d, v in zip(df["diffs"], df["verdict"])]
+    decided = lambda r, mg: ("reproduced" if abs(r.ours_diff) < mg else "contradicted") if mg is not None else (
+                             "reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted")
+    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else decided(r, mg)
+                          for r, ok, mg in zip(df.itertuples(), rejects, margin)]
+    df["seeds_needed"] = [seeds_needed(d, margin=mg) if v == "inconclusive" else math.nan for d, v, mg in zip(df["diffs"], df["verdict"], margin)]
     df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
     return df
 
@@ -529,12 +568,12 @@ def readings_text(df:pd.DataFrame) -> str:
     ag = dec["agreement"].value_counts(); tested = int(df["p_value"].notna().sum())
     eq = df[df["equivalence"].fillna("").astype(bool)]
     near = df[df["seeds_needed"].notna()].sort_values("seeds_needed").head(5)
-    return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%, two-sided paired t-tests): "
+    return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%, two-sided paired t-tests; for a claim of no effect, the test that can decide it against its margin): "
             + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
             + f". Of the {len(dec)} decisive sign verdicts, the paper's difference lies inside our interval in {ag.get('agrees in size', 0)}; "
             f"our effect is smaller in {ag.get('smaller', 0)} and larger in {ag.get('larger', 0)}."
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
-            + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero): "
+            + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
 
 # %% ../nbs/16d_verdicts.ipynb #594a6da2
@@ -548,11 +587,14 @@ def _claim_lines(r, p:bool, root=".") -> list:
     if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
     if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
     if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
-        out.append(f"- after Holm's correction over the registry: {r.holm_verdict} (paired t-test p = {r.p_value:.3g})")
+        test = "the test against its margin" if r.get("equivalence") else "paired t-test"
+        out.append(f"- after Holm's correction over the registry: {r.holm_verdict} ({test}: p = {r.p_value:.3g})")
     if r.get("equivalence"): out.append(f"- equivalence (a claim of no effect): {r.equivalence}")
     if r.get("members"): out.append(f"- each pair of rows on its own: {r.members}")
     if isinstance(r.get("seeds_needed"), float) and not math.isnan(r.seeds_needed):
-        out.append(f"- power: at this spread an interval would exclude zero from {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'} seeds")
+        n = int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'
+        out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if r.get("equivalence") else
+                   f"- power: at this spread an interval would exclude zero from {n} seeds")
     if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
     if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                        "only its best epoch was scored)")
