@@ -38,9 +38,9 @@ from .folders import expand, OutputFolder
 
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
-           'predict', 'predict_file', 'amp_dtype', 'precision_name', 'resumed_precision', 'pad_multiple_of',
-           'compile_forward', 'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model', 'load_run_weights',
-           'load_run', 'score_dev']
+           'predict', 'predict_file', 'amp_dtype', 'precision_name', 'resumed_precision', 'slow_bf16_note',
+           'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model',
+           'load_run_weights', 'load_run', 'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -176,7 +176,7 @@ def precision_name(dtype:torch.dtype|None) -> str:
     "How metrics.json, history.csv and last.pt name an autocast dtype: 'bfloat16', or 'fp32' for none"
     return str(dtype).replace("torch.", "") if dtype else "fp32"
 
-def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, device, path) -> torch.dtype|None:
+def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, path) -> torch.dtype|None:
     """The autocast dtype a run resumed from checkpoint `ck` continues in: the one it began in, as `last.pt` records it.
     `amp auto` decides per machine (`00_core`), so on another machine it could otherwise switch a run's precision midway"""
     saved = ck.get("precision")
@@ -186,11 +186,17 @@ def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, device, p
         return here
     dt = None if saved == "fp32" else getattr(torch, saved)
     if dt != here:
-        slow = (" This CPU has no native bf16: its bf16 matrix products are many times slower than fp32 (00_core)."
-                if dt is not None and torch.device(device).type == "cpu" and not cpu_has_native_bf16() else "")
         print(f"{path}: this run began in {saved}, and continues in it (amp={cfg.amp} would choose {precision_name(here)} on this "
-              f"machine; one run keeps one precision).{slow} To train in {precision_name(here)}, start a new run in another folder.")
+              f"machine; one run keeps one precision). To train in {precision_name(here)}, start a new run in another folder.")
     return dt
+
+def slow_bf16_note(dtype:torch.dtype|None, device) -> str:
+    "A note when bf16 is asked for on a CPU that has no native bf16 (its matrix products run many times slower than fp32 there); '' otherwise"
+    if dtype != torch.bfloat16 or torch.device(device).type != "cpu" or cpu_has_native_bf16(): return ""
+    env = os.environ.get("MINBERT_CPU_BF16", "").strip() == "1"
+    return (f"note: training in bf16 ({'MINBERT_CPU_BF16=1' if env else 'amp bf16'}) on a CPU without native bf16 "
+            f"({torch.backends.cpu.get_cpu_capability()}): PyTorch multiplies bf16 matrices here with generic loops, many times slower "
+            f"than fp32 (00_core). {'Unset MINBERT_CPU_BF16' if env else '--amp auto'} to train in fp32 on this CPU.")
 
 RUNTIME_FIELDS = ("cache", "sdpa_cudnn")   # how a run gets its inputs or picks its kernels, not what it computes: a resumed run may change them
 
@@ -282,7 +288,8 @@ def open(self:Run) -> Run:
         elif self.main: write_json(asdict(cfg), run/"config.json")
     except BaseException: self.close(failed=True); raise
     self.amp_dtype = amp_dtype(cfg, self.device)
-    if self.resume: self.amp_dtype = resumed_precision(self.ck, cfg, self.amp_dtype, self.device, run/"last.pt")   # one run, one precision
+    if self.resume: self.amp_dtype = resumed_precision(self.ck, cfg, self.amp_dtype, run/"last.pt")   # one run, one precision
+    if self.main and (note := slow_bf16_note(self.amp_dtype, self.device)): print(note)
     if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
     self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)
     self.pad_multiple = pad_multiple_of(cfg, self.device)

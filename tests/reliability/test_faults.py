@@ -120,6 +120,8 @@ def test_a_resumed_run_keeps_the_precision_it_began_in(tmp_path, small_data, cap
     rc, out = _here(["--resume", str(run)], capsys)
     assert rc == 0, out
     assert "began in bfloat16, and continues in it (amp=auto would choose fp32" in out, out
+    from minbert_nb.core import cpu_has_native_bf16
+    assert ("on a CPU without native bf16" in out) == (not cpu_has_native_bf16()), out   # what bf16 costs here is said
     assert json.loads((run / "metrics.json").read_text())["amp"] == "bfloat16"
     assert set(__import__("pandas").read_csv(run / "history.csv")["amp"]) == {"bfloat16"}
 
