@@ -374,7 +374,8 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     if other:
         why = (f"MINBERT_CPU_BF16={os.environ['MINBERT_CPU_BF16']}" if os.environ.get("MINBERT_CPU_BF16", "").strip() else
                f"this CPU {'has' if cpu_has_native_bf16() else 'has no'} native bf16") if device == "cpu" else device
-        fix = (f"set MINBERT_CPU_BF16={1 if 'bfloat16' in other else 0} to train as they did" if device == "cpu" else "train where they did")
+        b = 1 if 'bfloat16' in other else 0
+        fix = (f"give `minbert_ablate table` --cpu_bf16 {b} (or set MINBERT_CPU_BF16={b}) to train as they did" if device == "cpu" else "train where they did")
         raise ValueError(f"{folder} holds runs trained in {', '.join(sorted(other))} on the {device}; here `amp auto` trains in {here} ({why}). "
                          f"The rows that a claim compares must not mix precisions within a seed: {fix}, or give another --out.")
 

@@ -20,16 +20,17 @@ from .folders import expand
 from .tables import BUDGET, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing)
+                               trains_nothing, run_precisions)
+from .train import amp_dtype, precision_name
 from .claims import CLAIMS
 from .verdicts import row_runs, write_report
 
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
-           'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'legacy_command',
-           'parse_ablate', 'minbert_ablate', 'ablate_parser']
+           'cpu_auto_precision', 'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls',
+           'ablate_list', 'ablate_table', 'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan',
+           'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -180,7 +181,8 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
     whose finished runs trained on another device than this machine's gets `--device` that device: a claim's rows must not mix
     devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`), but for a call
     that trains nothing (ensembles of finished members, which combine their dev predictions anywhere); `device`:
-    the one the calls will train on (default: this machine's best)"""
+    the one the calls will train on (default: this machine's best). A CPU seed whose finished runs trained in another precision
+    than `amp auto` gives here gets `--cpu_bf16` their precision (nor may a seed mix precisions: 16b_ablate)"""
     calls, todo, here = [], plan[plan["missing"].map(len) > 0], here_device(device)
     for table, g in sorted(todo.groupby("table", sort=False), key=lambda tg: table_priority(tg[0])):
         for s in sorted({s for m in g["missing"] for s in m}):
@@ -188,9 +190,15 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
             rows = g[g["missing"].map(lambda m: s in m)].sort_values("name", key=lambda x: x.map(pos))
             dev, f = seed_device(rows["out"].iloc[0], s, device), seed_dir(rows["out"].iloc[0], s)
             trains = not all(trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
+            ran = run_precisions(f, dev) if dev == "cpu" and dev == here and trains else set()   # one precision each seed
+            keep = ["--cpu_bf16", "1" if "bfloat16" in ran else "0"] if len(ran) == 1 and ran != {cpu_auto_precision()} else []
             calls.append(["table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
-                          "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else [])])
+                          "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else []), *keep])
     return calls
+
+def cpu_auto_precision() -> str:
+    "The precision `amp auto` trains in on this machine's CPU: 'bfloat16' or 'fp32' (`MINBERT_CPU_BF16`, else the CPU's features; 00_core)"
+    return precision_name(amp_dtype(TrainConfig(), torch.device("cpu")))
 
 def calls_here(calls:list, device:str|None=None) -> tuple:
     "`calls` split into those this machine (or `device`) can run and those left for another device (their `--device`)"
@@ -273,9 +281,11 @@ def ablate_list(table:str|None=None):
 
 def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|None=None, backbone:str|None=None, data_dir:str|None=None,
                  device:str|None=None, keep_checkpoints:bool=False, seeds:str|None=None, quiet:bool=False, hours:float|None=None,
-                 until:float|None=None):
+                 until:float|None=None, cpu_bf16:str|None=None):
     "`minbert_ablate table ID`: run (or continue) the rows of `table` into `out` at `scale` (default quick), then print it beside the paper's numbers"
     until, scale = _deadline(hours, until), _scale(scale or "quick")
+    if cpu_bf16 not in (None, "0", "1"): raise ValueError(f"--cpu_bf16 {cpu_bf16}: expected 1 (amp auto trains in bf16 on the CPU) or 0 (in fp32).")
+    if cpu_bf16 is not None: os.environ["MINBERT_CPU_BF16"] = str(cpu_bf16)   # for this process and the runs it starts (00_core checks it)
     out = expand(out) or Path(f"runs/ablate-{table}-{scale}")
     run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
               until=until)
@@ -380,6 +390,8 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "backbone": (None, str, "backbone for every row (default: the embedded all-MiniLM-L6-v2)"),
     "data_dir": (None, str, "data folder (default: $MINBERT_DATA or ../shared/data)"),
     "device": (None, str, "cpu | cuda | mps (default: the best available)"),
+    "cpu_bf16": (None, str, "1 or 0: whether `amp auto` trains in bf16 on the CPU (sets MINBERT_CPU_BF16; default: the CPU's features "
+                            "decide). A seed's rows keep one precision: `plan` passes the one its finished runs trained in"),
     "keep_checkpoints": (False, bool, "keep each run's best.pt / last.pt"),
     "seeds": (None, str, "run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd"),
     "quiet": (False, bool, "no progress bars"),
@@ -397,7 +409,7 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
     "show": (ablate_show, "print each row's resolved settings at a scale (learning rates, schedule, warm-up, dropout, batch size, budget)",
              ("scale",)),
     "table": (ablate_table, "run (or continue) a table's rows, then print it beside the paper's numbers",
-              ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until")),
+              ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until", "cpu_bf16")),
     "plan": (ablate_plan, "no training: the runs the report still needs under --results, and the `table` calls that make them",
              ("results", "scale", "device")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "
