@@ -21,12 +21,12 @@ from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'student_t', 'paired_ci',
-           'verdict', 'null_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs',
-           'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
+           'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale',
+           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
            'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
-           'null_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders', 'verdicts_frame', 'plot_claims',
-           'compute_text', 'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text',
-           'report_markdown', 'write_report']
+           'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
+           'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text',
+           'summary_table', 'readings_text', 'report_markdown', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -65,9 +65,21 @@ def null_verdict(diffs, margin:float) -> str:
     if lo > margin or hi < -margin: return "contradicted"
     return "inconclusive"
 
-def claim_verdict(diffs, sign:int, margin:float|None=None) -> str:
-    "A claim's verdict over its per-seed differences: `verdict` on the 95% interval, or `null_verdict` for a claim of no effect (a margin)"
+def within_verdict(diffs, within:float) -> str:
+    """A claim of *closeness*, that A falls short of B by less than `within` (non-inferiority): reproduced when the 90% interval
+    lies above −within (a one-sided test at 5%), contradicted when the 95% interval lies wholly below it, else inconclusive"""
+    n = len(diffs)
+    if n == 0: return "not run"
+    _, lo, hi = paired_ci(diffs)
+    if n < MIN_SEEDS or math.isnan(lo): return "inconclusive"
+    if paired_ci(diffs, 0.90)[1] > -within: return "reproduced"
+    return "contradicted" if hi < -within else "inconclusive"
+
+def claim_verdict(diffs, sign:int, margin:float|None=None, within:float|None=None) -> str:
+    """A claim's verdict over its per-seed differences: `verdict` on the 95% interval; for a claim of no effect (a `margin`)
+    `null_verdict`, for a claim of closeness (`within`) `within_verdict`"""
     if margin is not None: return null_verdict(diffs, margin)
+    if within is not None: return within_verdict(diffs, within)
     _, lo, hi = paired_ci(diffs)
     return verdict(lo, hi, sign, len(diffs))
 
@@ -292,14 +304,14 @@ def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
     return diffs, ar, br, where
 
 # %% ../nbs/16d_verdicts.ipynb #7d020c58
-def by_device(diffs, where, sign:int, percent:bool=False, margin:float|None=None) -> tuple:
+def by_device(diffs, where, sign:int, percent:bool=False, margin:float|None=None, within:float|None=None) -> tuple:
     """Where a claim's seeds trained on more than one device (each seed's rows on one): its difference, interval and verdict read
     on each device's seeds alone, as the report prints them, and those verdicts (('', '') when one device holds every seed)"""
     devs = list(dict.fromkeys(d for _, d in where))
     if len(devs) < 2: return "", ""
     text, verdicts = [], []
     for dev in devs:
-        ds = [x for x, (_, d) in zip(diffs, where) if d == dev]; m, lo, hi = paired_ci(ds); v = claim_verdict(ds, sign, margin)
+        ds = [x for x, (_, d) in zip(diffs, where) if d == dev]; m, lo, hi = paired_ci(ds); v = claim_verdict(ds, sign, margin, within)
         seeds = ", ".join(str(s) for s, d in where if d == dev); verdicts.append(v)
         text.append(f"{dev or 'device not recorded'} (seeds {seeds}): {_f(m, percent)} [{_f(lo, percent)}, {_f(hi, percent)}], {v}")
     return "; ".join(text), ";".join(verdicts)
@@ -308,7 +320,11 @@ def by_device(diffs, where, sign:int, percent:bool=False, margin:float|None=None
 def member_pairs(c:Claim) -> list:
     """The pairs of rows behind claim `c`'s averages, each read on its own: A's and B's rows in order where the sides are as long
     (a module in each of four groups, a dropout value at two weights), else each row of the longer side against the other's one
-    row; [] for a claim of one row a side, or of sides that do not pair"""
+    row; for an ensemble against one row, each of its members (with a printed score) against that row; [] for another claim
+    of one row a side, or of sides that do not pair"""
+    t = TABLES[c.table]
+    if len(c.a) == 1 == len(c.b) and (ens := t.row(c.a[0]).ensemble):
+        return [(m, c.b[0]) for m in ens if m != c.b[0] and m in {r.name for r in t.rows} and t.row(m).paper.get(c.column) is not None]
     if len(c.a) == len(c.b) > 1: return list(zip(c.a, c.b))
     if len(c.b) == 1 < len(c.a): return [(a, c.b[0]) for a in c.a]
     if len(c.a) == 1 < len(c.b): return [(c.a[0], b) for b in c.b]
@@ -334,12 +350,12 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
-                ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=claim_verdict(diffs, c.sign, c.margin), a_runs=rel(ar), b_runs=rel(br),
+                ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=claim_verdict(diffs, c.sign, c.margin, c.within), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
                 differs=differs_text(c), setting=table_setting(info) if setting is None else setting, sign=c.sign, scale=(info or {}).get("scale"),
                 folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
-                last_verdict=claim_verdict(last, c.sign, c.margin) if last or not diffs else "not read",
-                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent, c.margin))),
+                last_verdict=claim_verdict(last, c.sign, c.margin, c.within) if last or not diffs else "not read",
+                **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent, c.margin, c.within))),
                 diffs=list(diffs), settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
                 members=member_text(c, t, info))
 
@@ -389,6 +405,16 @@ def null_p_value(diffs, margin:float) -> float:
     if abs(m) < margin: return float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
     return float(min(1.0, 2 * student_t().sf((abs(m) - margin) / se, n - 1)))
 
+def within_p_value(diffs, within:float) -> float:
+    """The p-value of the test that can decide a claim of closeness (`within_verdict`): with the mean above −`within`, the
+    one-sided test that A − B > −within; below it, the two-sided test that the difference is −within (nan with fewer than 2)"""
+    d = np.asarray(diffs, float); n = len(d)
+    if n < 2: return math.nan
+    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    if se == 0: return 0.0 if m != -within else 1.0
+    if m > -within: return float(student_t().sf((m + within) / se, n - 1))
+    return float(min(1.0, 2 * student_t().sf((-within - m) / se, n - 1)))
+
 # %% ../nbs/16d_verdicts.ipynb #bcfdd7ed
 HOLM_ALPHA = 0.05
 
@@ -400,17 +426,21 @@ def holm(p_values, alpha:float=HOLM_ALPHA) -> list:
         out[i] = True
     return out
 
-def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None) -> float:
+def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None, within:float|None=None) -> float:
     """The fewest seeds at which the Student-t interval of `diffs`' mean and spread would exclude zero (nan: too few to say, or
     no mean; `cap + 1` when not even `cap` seeds would). For a claim of no effect (`margin`), the seeds at which it would be
-    decided (`null_verdict`): the 90% interval inside ±margin when the mean is, else the 95% interval beyond it"""
+    decided (`null_verdict`): the 90% interval inside ±margin when the mean is, else the 95% interval beyond it; for a claim
+    of closeness (`within`), the 90% interval above −within when the mean is, else the 95% interval below it"""
     d = np.asarray(diffs, float)
     if len(d) < 2 or (margin is None and d.mean() == 0): return math.nan
     sd, m = d.std(ddof=1), abs(d.mean())
-    if margin is not None and m == margin: return math.nan
+    if (margin is not None and m == margin) or (within is not None and d.mean() == -within): return math.nan
     if sd == 0: return float(len(d))
     t = lambda n, lv: student_t().ppf((1 + lv) / 2, n - 1) * sd / math.sqrt(n)
-    if margin is None: ok = lambda n: t(n, level) < m
+    if within is not None:
+        mu = float(d.mean())
+        ok = (lambda n: mu - t(n, 0.90) > -within) if mu > -within else (lambda n: mu + t(n, level) < -within)
+    elif margin is None: ok = lambda n: t(n, level) < m
     elif m < margin: ok = lambda n: m + t(n, 0.90) < margin
     else: ok = lambda n: m - t(n, level) > margin
     return float(next((n for n in range(2, cap + 1) if ok(n)), cap + 1))
@@ -424,14 +454,18 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     df = df.copy()
     df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) for r in df.itertuples()]
     df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
-    margin = [claims[c].margin for c in df["claim"]]
-    df["p_value"] = [(p_value(d) if mg is None else null_p_value(d, mg)) if len(d) >= MIN_SEEDS else math.nan for d, mg in zip(df["diffs"], margin)]
+    cs = [claims[c] for c in df["claim"]]
+    test_p = lambda d, c: null_p_value(d, c.margin) if c.margin is not None else within_p_value(d, c.within) if c.within is not None else p_value(d)
+    df["p_value"] = [test_p(d, c) if len(d) >= MIN_SEEDS else math.nan for d, c in zip(df["diffs"], cs)]
     rejects = holm(df["p_value"])
-    decided = lambda r, mg: ("reproduced" if abs(r.ours_diff) < mg else "contradicted") if mg is not None else (
-                             "reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted")
-    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else decided(r, mg)
-                          for r, ok, mg in zip(df.itertuples(), rejects, margin)]
-    df["seeds_needed"] = [seeds_needed(d, margin=mg) if v == "inconclusive" else math.nan for d, v, mg in zip(df["diffs"], df["verdict"], margin)]
+    def decided(r, c):   # the side the rejecting test came down on
+        if c.margin is not None: return "reproduced" if abs(r.ours_diff) < c.margin else "contradicted"
+        if c.within is not None: return "reproduced" if r.ours_diff > -c.within else "contradicted"
+        return "reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted"
+    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else decided(r, c)
+                          for r, ok, c in zip(df.itertuples(), rejects, cs)]
+    df["seeds_needed"] = [seeds_needed(d, margin=c.margin, within=c.within) if v == "inconclusive" else math.nan
+                          for d, v, c in zip(df["diffs"], df["verdict"], cs)]
     df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
     return df
 
@@ -564,14 +598,19 @@ def summary_table(df:pd.DataFrame) -> list:
 def readings_text(df:pd.DataFrame) -> str:
     "The report's paragraph on the readings beside the sign verdicts: Holm's counts, agreement in size, equivalence, power"
     if "holm_verdict" not in df: return ""
-    hc, dec = df["holm_verdict"].value_counts(), df[df["verdict"].isin(["reproduced", "contradicted"])]
-    ag = dec["agreement"].value_counts(); tested = int(df["p_value"].notna().sum())
+    kind = df["claim"].map(lambda c: CLAIMS[c].kind if c in CLAIMS else "sign")
+    tested = df["p_value"].notna(); hc = df.loc[tested, "holm_verdict"].value_counts()
+    dec = df[df["verdict"].isin(["reproduced", "contradicted"]) & (kind == "sign")]   # sizes: of the sign verdicts alone
+    ag = dec["agreement"].value_counts(); untested = int((~tested).sum()); tested = int(tested.sum())
+    close = df[kind == "within"]
     eq = df[df["equivalence"].fillna("").astype(bool)]
     near = df[df["seeds_needed"].notna()].sort_values("seeds_needed").head(5)
     return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%, two-sided paired t-tests; for a claim of no effect, the test that can decide it against its margin): "
-            + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
+            + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive"))
+            + (f" ({untested} with fewer seeds not tested)" if untested else "")
             + f". Of the {len(dec)} decisive sign verdicts, the paper's difference lies inside our interval in {ag.get('agrees in size', 0)}; "
             f"our effect is smaller in {ag.get('smaller', 0)} and larger in {ag.get('larger', 0)}."
+            + (" Claims of closeness, by a non-inferiority test: " + "; ".join(f"{r.claim}: {r.verdict}" for r in close.itertuples()) + "." if len(close) else "")
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
             + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
@@ -581,19 +620,19 @@ def _claim_lines(r, p:bool, root=".") -> list:
     "One claim's section of report.md (claim line `r`, a table's units `p`): verdict, claim, rows, difference, each reading and its runs"
     few = " (too few seeds)" if 0 < r.seeds < MIN_SEEDS else ""
     out = [f"### {r.claim}: {r.verdict}{few}", "", f"{r.text} ({r.section}).", "",
-           f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts A {'>' if r.sign > 0 else '<'} B",
+           f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts {CLAIMS[r.claim].asserts}",
            f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
            + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
     if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
     if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
     if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
-        test = "the test against its margin" if r.get("equivalence") else "paired t-test"
+        test = {"no effect": "the test against its margin", "within": "the non-inferiority test"}.get(CLAIMS[r.claim].kind, "paired t-test")
         out.append(f"- after Holm's correction over the registry: {r.holm_verdict} ({test}: p = {r.p_value:.3g})")
     if r.get("equivalence"): out.append(f"- equivalence (a claim of no effect): {r.equivalence}")
     if r.get("members"): out.append(f"- each pair of rows on its own: {r.members}")
     if isinstance(r.get("seeds_needed"), float) and not math.isnan(r.seeds_needed):
         n = int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'
-        out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if r.get("equivalence") else
+        out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if CLAIMS[r.claim].kind != "sign" else
                    f"- power: at this spread an interval would exclude zero from {n} seeds")
     if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
     if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
