@@ -112,9 +112,9 @@ def test_resume_refuses_another_config(tmp_path, small_data, capsys):
 def test_a_resumed_run_keeps_the_precision_it_began_in(tmp_path, small_data, capsys, monkeypatch):
     "`amp auto` decides per machine (00_core): a run begun in bf16 and resumed where auto means fp32 goes on in bf16, and says so"
     run = tmp_path / "r"
-    p = subprocess.Popen([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()", *_args(run, small_data)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**ENV, "MINBERT_CPU_BF16": "1"})
-    _wait_for_checkpoint(run, p, 2); p.send_signal(signal.SIGKILL); p.wait()
+    cfg = config_from_args(_args(run, small_data) + ["--epochs", "1", "--steps_per_epoch", "4"])
+    monkeypatch.setenv("MINBERT_CPU_BF16", "1")                       # a machine whose CPU has native bf16
+    with pytest.raises(TrainingInterrupted): train(cfg, progress=False, on_step=lambda info: info["step"] >= 2)   # stopped after 2 steps
     assert load_checkpoint(run / "last.pt")["precision"] == "bfloat16"
     monkeypatch.setenv("MINBERT_CPU_BF16", "0")                       # "another machine": auto would choose fp32 here
     rc, out = _here(["--resume", str(run)], capsys)
