@@ -368,6 +368,9 @@ PRESETS.update({
                                  dict(name="student", from_pretrained=True, distill_from="previous", distill_weight=1.0, distill_temp=2.0)]),
     # the seeds' own budgets, for a GPU: Wang (004)'s one epoch of Quora before simultaneous training
     "cross-para-pre": dict(PRESETS["cross"], phases=[dict(name="quora", tasks=["para"], epochs=1), dict(name="multitask")]),
+    # best-offline's recipe on the bert-base-sized all-mpnet-base-v2 (`minbert_data --backbone all-mpnet-base-v2` installs it),
+    # its backbone rate chosen by two pilots (results/mpnet-pilots); about 8x MiniLM's cost a token: hours on 2 CPU cores
+    "best-mpnet": dict(PRESETS["best-offline"], backbone="all-mpnet-base-v2", lr_backbone=4e-5),
 })
 GPU_PRESETS = {"sbert-bert-base": dict(PRESETS["sbert"], backbone="bert-base-uncased")}
 PRESETS.update(GPU_PRESETS)
