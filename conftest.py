@@ -121,12 +121,16 @@ def pytest_configure(config):
     spec = importlib.util.spec_from_file_location("minbert_data_trace", ROOT / "tests" / "trace" / "sitecustomize.py")
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
-# The longest files first (seconds of a first pass on 2 cores, measured): pytest-xdist's `--dist loadfile` hands files out
-# in collection order, so a long file collected late ran alone at the end while the other worker had nothing left to do.
-_LONG_FIRST = ("tests/test_docs.py", "tests/test_gpu_tables.py", "nbs/16e_reproduce.ipynb", "tests/test_gpu_check.py",
-               "nbs/16b_ablate.ipynb", "nbs/tutorials/19_reproduce_a_table.ipynb", "tests/test_ddp.py", "nbs/15b_analysis.ipynb",
-               "tests/reliability/test_folders.py", "nbs/tutorials/20_inspect_a_model.ipynb", "tests/test_optimisation.py",
-               "nbs/24_bench.ipynb", "tests/test_adapter_pal_reference.py", "tests/reliability/test_faults.py")
+# The longest files first (seconds of a first pass on 2 cores, measured): pytest-xdist's `--dist loadfile` hands a worker the
+# next file as it finishes one, so a long file handed out late ran alone at the end while the other worker had nothing left
+# to do. The Makefile passes `--no-loadscope-reorder`: without it xdist orders the files by their number of tests instead.
+_LONG_FIRST = ("tests/test_docs.py", "nbs/16e_reproduce.ipynb", "tests/test_gpu_tables.py", "tests/reliability/test_folders.py",
+               "tests/test_gpu_check.py", "nbs/24_bench.ipynb", "tests/test_adapter_pal_reference.py", "tests/test_ddp.py",
+               "nbs/16b_ablate.ipynb", "nbs/15b_analysis.ipynb", "tests/test_optimisation.py", "tests/test_ablate.py",
+               "nbs/09_train.ipynb", "nbs/tutorials/19_reproduce_a_table.ipynb", "tests/test_own_tasks.py",
+               "nbs/tutorials/20_inspect_a_model.ipynb", "tests/test_peft_reference.py", "nbs/tutorials/25_train_your_own_tasks.ipynb",
+               "nbs/tutorials/23_use_a_trained_model.ipynb", "tests/test_mpnet.py", "nbs/02a_pretrained.ipynb", "nbs/04b_trees.ipynb",
+               "tests/reliability/test_faults.py", "nbs/22_export.ipynb", "nbs/14_phases.ipynb", "nbs/24a_gpu_check.ipynb")
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 "The benchmark returns every figure, the FLOPs formula is right, and `minbert_bench` writes its JSON file"
 import json, os, subprocess, sys
 import pytest
-from datapaths import SAMPLE
+from datapaths import SAMPLE, run_command
 from minbert_nb.core import BertConfig, tiny_config
 from minbert_nb.bench import (bench_models, bench_mfu, model_flops_per_token, nonembedding_params, gpu_peak_bf16_flops,
                               time_interleaved, format_table)
@@ -49,12 +49,11 @@ def test_mfu_needs_a_known_gpu():
     assert r["minbert_mfu"] is None and r["hf_mfu"] is None and r["minbert_train_tok_s"] > 0
 
 def test_cli_writes_json(tmp_path):
-    script = tmp_path / "minbert_bench_script.py"
-    script.write_text("import sys\nfrom minbert_nb.bench import minbert_bench\nsys.exit(minbert_bench())\n")
+    "The command as its console script runs it (`run_command`: `sys.exit(minbert_bench(args))`, in this process)"
+    from minbert_nb.bench import minbert_bench
     out = tmp_path / "bench.json"
-    p = subprocess.run([sys.executable, str(script), "--batch-size", "2", "--max-length", "8", "--warmup", "0", "--reps", "1",
-                        "--threads", "1", "--device", "cpu", "--json", str(out), "--data_dir", str(SAMPLE)],
-                       capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    p = run_command(minbert_bench, "--batch-size", "2", "--max-length", "8", "--warmup", "0", "--reps", "1",
+                    "--threads", "1", "--device", "cpu", "--json", out, "--data_dir", SAMPLE, env={"HF_HUB_OFFLINE": "1"})
     assert p.returncode == 0, p.stderr[-2000:]   # the command returns None, so the exit status is 0
     r = json.loads(out.read_text())
     for k in ("train_ratio", "forward_ratio", "minbert_train_sent_s", "hf_train_sent_s", "minbert_peak_mem_mb", "hf_peak_mem_mb", "device"):

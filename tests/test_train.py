@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 from minbert_nb.config import TrainConfig, preset_config, config_from_args
 from minbert_nb.train import train, load_run
-from minbert_nb.commands import minbert_eval, minbert_predict
+from minbert_nb.commands import minbert_eval, minbert_predict, minbert_train
 from minbert_nb.evaluate import read_predictions
-from datapaths import tiny_backbone_dir
+from datapaths import tiny_backbone_dir, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -84,16 +84,13 @@ def test_cli_overrides_and_errors(tmp_path, capsys):
     with pytest.raises(SystemExit): config_from_args(["--sampler", "random"])
     assert "sampler='random'" in capsys.readouterr().err
 
+# The command's messages, in this process (`run_command`: as the console script's wrapper runs it, without seconds of imports)
 def test_train_command_reports_missing_data(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()",
-                        "--preset", "quick", "--data_dir", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")],
-                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = run_command(minbert_train, "--preset", "quick", "--data_dir", tmp_path / "nowhere", "--out", tmp_path / "r", env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "minbert_train:" in r.stderr and "nowhere" in r.stderr
 
 def test_gpu_preset_fails_clearly_offline(tmp_path):
-    r = subprocess.run([sys.executable, "-c", "from minbert_nb.commands import minbert_train; minbert_train()",
-                        "--preset", "sbert-bert-base", "--out", str(tmp_path / "r")],
-                       capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = run_command(minbert_train, "--preset", "sbert-bert-base", "--out", tmp_path / "r", env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode != 0 and "bert-base-uncased" in r.stderr and "Tried" in r.stderr
 
 def test_extra_train_from_config(tmp_path, small_data):

@@ -41,6 +41,10 @@ get = nbdev.config.get_config
 fast = functools.lru_cache(maxsize=None)(get)          # the settings do not change while the notebooks are processed
 for m in [m for n, m in list(sys.modules.items()) if n.startswith("nbdev")]:
     if getattr(m, "get_config", None) is get: m.get_config = fast
+# nbdev runs every cell with an import to render show_doc; a hidden cell is a test's (fastcore.test, transformers, peft: seconds
+# of imports), and an exported cell never needs its imports (the module must import what it uses), so hidden cells are not run
+_do_eval, _run_too = nbdev.processors._do_eval, {"export", "exports", "exporti", "exec_doc"}
+nbdev.processors._do_eval = lambda cell: None if "hide" in cell.directives_ and not cell.directives_.keys() & _run_too else _do_eval(cell)
 nbdev.serve.proc_nbs(n_workers=0, force=True)
 sys.stdout.flush(); sys.stderr.flush(); os._exit(0)     # the files are written; skip the shells' slow teardown
 """
@@ -436,12 +440,19 @@ class RepoViews:
         if f.suffix == ".md":
             import mistune
             body = mistune.html(text)
-        elif f.suffix == ".csv" and not cut:
-            import pandas as pd, io
-            try: body = pd.read_csv(io.StringIO(text)).to_html(index=False, border=0, classes="repo-table", na_rep="")
-            except Exception: body = f"<pre>{html.escape(text)}</pre>"
+        elif f.suffix == ".csv" and not cut and (table := csv_table(text)): body = table
         else: body = f"<pre>{html.escape(text)}</pre>"
         self._page(page, rel, note + body)
+
+def csv_table(text):
+    "A CSV file's cells as written (no number formatting) in an HTML table, header first; None when its rows differ in length"
+    import csv, io
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or len({len(r) for r in rows}) != 1: return None
+    cell = lambda tag, v: f"<{tag}>{html.escape(v)}</{tag}>"
+    head = "".join(cell("th", v) for v in rows[0])
+    body = "".join("<tr>" + "".join(cell("td", v) for v in r) + "</tr>" for r in rows[1:])
+    return f'<table class="repo-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 def _link_repo_paths(root, views, module_page, page):
     "Every repository path in code font (`results/reproduction/report.md`, `tests/`) that exists becomes a link to its page"

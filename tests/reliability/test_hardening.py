@@ -12,11 +12,9 @@ from minbert_nb.multitask import ModelConfig, MultitaskBert, fake_batch, _pad_to
 from minbert_nb.samplers import SCHEDULE_KINDS
 import minbert_nb.train as T
 import minbert_nb.commands as C
-from datapaths import SAMPLE
+from datapaths import SAMPLE, run_command
 from minbert_nb.config import TrainConfig, preset_config, TRAIN_SAMPLERS
 from minbert_nb.train import train
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
 class _Evil:
@@ -26,8 +24,8 @@ class _Evil:
 
 
 def _run_cli(fn, args, env=None):
-    return subprocess.run([sys.executable, "-c", f"from minbert_nb.commands import {fn}; {fn}()", *args], capture_output=True,
-                          text=True, env={**ENV, **(env or {})}, timeout=300)
+    "The console command `fn` with `args`, in this process as its console-script wrapper runs it (`run_command`): the messages are checked, not the process"
+    return run_command(getattr(C, fn), *args, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **(env or {})})
 
 
 # ---------------------------------------------------------------- security
