@@ -33,7 +33,7 @@ from .table_report import merge_metrics, device_type, write_table
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
-           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'run_table']
+           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'auto_precision', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -360,6 +360,10 @@ def run_precisions(folder, device:str) -> set:
     ms = (json.loads(f.read_text()) for f in Path(folder).rglob("metrics.json"))
     return {m["amp"] for m in ms if m.get("amp") and device_type(m) == device}
 
+def auto_precision(device:str="cpu") -> str:
+    "The precision `amp auto` trains in on this machine's `device`: 'bfloat16' or 'fp32' (on a CPU `MINBERT_CPU_BF16`, else its features; 00_core)"
+    return precision_name(amp_dtype(TrainConfig(), torch.device(device)))
+
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     """Refuse to add runs on `device` beside finished runs of another device, or of this device in another precision than
     `amp auto` gives here: a claim's rows must not mix devices or precisions within a seed. An ensemble of finished members
@@ -369,7 +373,7 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     if other: raise ValueError(f"{folder} holds runs trained on {', '.join(sorted(other))}; this run would train on {device}. The rows that "
                                "a claim compares must not mix devices within a seed: give another --out for this device (with `reproduce`: "
                                f"another --results), or --device {sorted(other)[0]} to go on where they ran.")
-    here = precision_name(amp_dtype(TrainConfig(), torch.device(device)))   # the rows leave `amp` at auto
+    here = auto_precision(device)                                      # the rows leave `amp` at auto
     other = run_precisions(folder, device) - {here}
     if other:
         why = (f"MINBERT_CPU_BF16={os.environ['MINBERT_CPU_BF16']}" if os.environ.get("MINBERT_CPU_BF16", "").strip() else

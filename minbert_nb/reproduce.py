@@ -20,17 +20,16 @@ from .folders import expand
 from .tables import BUDGET, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions)
-from .train import amp_dtype, precision_name
+                               trains_nothing, run_precisions, auto_precision)
 from .claims import CLAIMS
 from .verdicts import row_runs, write_report
 
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
-           'cpu_auto_precision', 'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls',
-           'ablate_list', 'ablate_table', 'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan',
-           'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
+           'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
+           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'legacy_command',
+           'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -191,14 +190,10 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
             dev, f = seed_device(rows["out"].iloc[0], s, device), seed_dir(rows["out"].iloc[0], s)
             trains = not all(trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
             ran = run_precisions(f, dev) if dev == "cpu" and dev == here and trains else set()   # one precision each seed
-            keep = ["--cpu_bf16", "1" if "bfloat16" in ran else "0"] if len(ran) == 1 and ran != {cpu_auto_precision()} else []
+            keep = ["--cpu_bf16", "1" if "bfloat16" in ran else "0"] if len(ran) == 1 and ran != {auto_precision("cpu")} else []
             calls.append(["table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
                           "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else []), *keep])
     return calls
-
-def cpu_auto_precision() -> str:
-    "The precision `amp auto` trains in on this machine's CPU: 'bfloat16' or 'fp32' (`MINBERT_CPU_BF16`, else the CPU's features; 00_core)"
-    return precision_name(amp_dtype(TrainConfig(), torch.device("cpu")))
 
 def calls_here(calls:list, device:str|None=None) -> tuple:
     "`calls` split into those this machine (or `device`) can run and those left for another device (their `--device`)"

@@ -176,16 +176,17 @@ def precision_name(dtype:torch.dtype|None) -> str:
     "How metrics.json, history.csv and last.pt name an autocast dtype: 'bfloat16', or 'fp32' for none"
     return str(dtype).replace("torch.", "") if dtype else "fp32"
 
-def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, path) -> torch.dtype|None:
+def resumed_precision(ck:dict, cfg:TrainConfig, here:torch.dtype|None, path, say:bool=True) -> torch.dtype|None:
     """The autocast dtype a run resumed from checkpoint `ck` continues in: the one it began in, as `last.pt` records it.
-    `amp auto` decides per machine (`00_core`), so on another machine it could otherwise switch a run's precision midway"""
+    `amp auto` decides per machine (`00_core`), so on another machine it could otherwise switch a run's precision midway.
+    `say`: print what differs (rank 0 of a DDP run says it once)"""
     saved = ck.get("precision")
     if saved is None:
-        print(f"{path}: this checkpoint does not record the precision its steps ran in (written before minbert_nb recorded it); "
+        if say: print(f"{path}: this checkpoint does not record the precision its steps ran in (written before minbert_nb recorded it); "
               f"the run continues in {precision_name(here)}, as amp={cfg.amp} chooses on this machine.")
         return here
     dt = None if saved == "fp32" else getattr(torch, saved)
-    if dt != here:
+    if dt != here and say:
         print(f"{path}: this run began in {saved}, and continues in it (amp={cfg.amp} would choose {precision_name(here)} on this "
               f"machine; one run keeps one precision). To train in {precision_name(here)}, start a new run in another folder.")
     return dt
@@ -288,7 +289,7 @@ def open(self:Run) -> Run:
         elif self.main: write_json(asdict(cfg), run/"config.json")
     except BaseException: self.close(failed=True); raise
     self.amp_dtype = amp_dtype(cfg, self.device)
-    if self.resume: self.amp_dtype = resumed_precision(self.ck, cfg, self.amp_dtype, run/"last.pt")   # one run, one precision
+    if self.resume: self.amp_dtype = resumed_precision(self.ck, cfg, self.amp_dtype, run/"last.pt", say=self.main)   # one run, one precision
     if self.main and (note := slow_bf16_note(self.amp_dtype, self.device)): print(note)
     if self.device.type == "cpu": tune_cpu_allocator()   # reuse freed step buffers (see 00_core)
     self.sdpa = configure_sdpa(self.device, cfg.sdpa_cudnn)   # CUDA: no cuDNN attention (an execution plan per shape, 01_attention)

@@ -52,15 +52,17 @@ def verdict(lo:float, hi:float, sign:int, n:int) -> str:
     if lo > 0 or hi < 0: return "reproduced" if (1 if lo > 0 else -1) == sign else "contradicted"
     return "inconclusive"
 
+def _untestable(diffs) -> str|None:
+    "The verdict before any test: 'not run' without seeds, 'inconclusive' with fewer than MIN_SEEDS or no interval; None when a test can decide"
+    if len(diffs) == 0: return "not run"
+    if len(diffs) < MIN_SEEDS or math.isnan(paired_ci(diffs)[1]): return "inconclusive"
+
 def null_verdict(diffs, margin:float) -> str:
     """A claim of *no* effect, judged against its `margin`: reproduced when the 90% interval lies inside (−margin, +margin)
     (two one-sided tests at 5%, TOST), contradicted when the 95% interval lies wholly beyond ±margin (the effect is shown
     larger than the margin), else inconclusive; fewer than MIN_SEEDS seeds: inconclusive"""
-    n = len(diffs)
-    if n == 0: return "not run"
-    _, lo, hi = paired_ci(diffs)
-    if n < MIN_SEEDS or math.isnan(lo): return "inconclusive"
-    _, lo90, hi90 = paired_ci(diffs, 0.90)
+    if v := _untestable(diffs): return v
+    (_, lo, hi), (_, lo90, hi90) = paired_ci(diffs), paired_ci(diffs, 0.90)
     if -margin < lo90 and hi90 < margin: return "reproduced"
     if lo > margin or hi < -margin: return "contradicted"
     return "inconclusive"
@@ -68,12 +70,9 @@ def null_verdict(diffs, margin:float) -> str:
 def within_verdict(diffs, within:float) -> str:
     """A claim of *closeness*, that A falls short of B by less than `within` (non-inferiority): reproduced when the 90% interval
     lies above −within (a one-sided test at 5%), contradicted when the 95% interval lies wholly below it, else inconclusive"""
-    n = len(diffs)
-    if n == 0: return "not run"
-    _, lo, hi = paired_ci(diffs)
-    if n < MIN_SEEDS or math.isnan(lo): return "inconclusive"
+    if v := _untestable(diffs): return v
     if paired_ci(diffs, 0.90)[1] > -within: return "reproduced"
-    return "contradicted" if hi < -within else "inconclusive"
+    return "contradicted" if paired_ci(diffs)[2] < -within else "inconclusive"
 
 def claim_verdict(diffs, sign:int, margin:float|None=None, within:float|None=None) -> str:
     """A claim's verdict over its per-seed differences: `verdict` on the 95% interval; for a claim of no effect (a `margin`)
@@ -383,34 +382,39 @@ def agreement(paper:float, lo:float, hi:float, sign:int) -> str:
     return "smaller" if sign * paper > max(sign * lo, sign * hi) else "larger"
 
 # %% ../nbs/16d_verdicts.ipynb #260045ce
+def _mean_se(diffs) -> tuple:
+    "The mean of `diffs`, its standard error and the number of seeds"
+    d = np.asarray(diffs, float); n = len(d)
+    return float(d.mean()), float(d.std(ddof=1) / math.sqrt(n)), n
+
+def _tost_p(m:float, se:float, n:int, margin:float) -> float:
+    "The p-value of two one-sided t-tests (TOST) that a mean `m` (standard error `se`, `n` seeds) lies within ±`margin`: the larger one-sided p"
+    if se == 0: return 0.0 if abs(m) < margin else 1.0
+    return float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
+
 def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
     """Two one-sided t-tests (TOST) that the mean of `diffs` lies within ±`margin`: 'equivalent' when both reject at `alpha`
     (the 1 − 2·alpha interval inside the margins), with that interval; '' for a claim without a margin"""
     if margin is None: return ""
-    d = np.asarray(diffs, float); n = len(d)
-    if n < MIN_SEEDS: return f"not tested (fewer than {MIN_SEEDS} seeds; margin ±{margin:g})"
-    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
-    if se == 0: p = 0.0 if abs(m) < margin else 1.0
-    else: p = float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
+    if len(diffs) < MIN_SEEDS: return f"not tested (fewer than {MIN_SEEDS} seeds; margin ±{margin:g})"
+    m, se, n = _mean_se(diffs); p = _tost_p(m, se, n, margin)
     h = float(student_t().ppf(1 - alpha, n - 1) * se)
     return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
 
 def null_p_value(diffs, margin:float) -> float:
     """The p-value of the test that can decide a claim of no effect (`null_verdict`): with the mean inside ±`margin`, TOST's
-    (the larger one-sided p); beyond it, the two-sided test that the effect is the margin (nan with fewer than 2)"""
-    d = np.asarray(diffs, float); n = len(d)
-    if n < 2: return math.nan
-    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    (`_tost_p`); beyond it, the two-sided test that the effect is the margin (nan with fewer than 2)"""
+    if len(diffs) < 2: return math.nan
+    m, se, n = _mean_se(diffs)
+    if abs(m) < margin: return _tost_p(m, se, n, margin)
     if se == 0: return 0.0 if abs(m) != margin else 1.0
-    if abs(m) < margin: return float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
     return float(min(1.0, 2 * student_t().sf((abs(m) - margin) / se, n - 1)))
 
 def within_p_value(diffs, within:float) -> float:
     """The p-value of the test that can decide a claim of closeness (`within_verdict`): with the mean above −`within`, the
     one-sided test that A − B > −within; below it, the two-sided test that the difference is −within (nan with fewer than 2)"""
-    d = np.asarray(diffs, float); n = len(d)
-    if n < 2: return math.nan
-    m, se = float(d.mean()), float(d.std(ddof=1) / math.sqrt(n))
+    if len(diffs) < 2: return math.nan
+    m, se, n = _mean_se(diffs)
     if se == 0: return 0.0 if m != -within else 1.0
     if m > -within: return float(student_t().sf((m + within) / se, n - 1))
     return float(min(1.0, 2 * student_t().sf((-within - m) / se, n - 1)))
