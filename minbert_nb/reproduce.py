@@ -17,19 +17,19 @@ from .config import TrainConfig
 from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
-from .tables import BUDGET, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
+from .tables import BUDGET, BUDGET_SCALE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision)
 from .claims import CLAIMS
-from .verdicts import row_runs, write_report
+from .verdicts import row_runs, write_report, verdicts_frame
 
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
            'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'ablate_plan', 'ablate_reproduce', 'legacy_command',
-           'parse_ablate', 'minbert_ablate', 'ablate_parser']
+           'ablate_show', 'ablate_report', 'plan_summary', 'budget_claims', 'ablate_plan', 'ablate_reproduce',
+           'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -140,7 +140,7 @@ def _with_copies(df:pd.DataFrame) -> pd.DataFrame:
     return df.assign(twins=twins, copies=copies, phase_twins=ptwins, phase_copies=pcopies).drop(columns=["key", "pkey", "kept", "order", "member", "preds", "dev"])
 
 # %% ../nbs/16e_reproduce.ipynb #cdaecb36
-def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2), device:str|None=None) -> pd.DataFrame:
+def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2), device:str|None=None, claims:list|None=None) -> pd.DataFrame:
     """What the report still needs at `scale`: per runnable row of every table, the seeds it needs (where a claim reads it,
     `claim_seeds` of every claim that does: `seeds` unless a seed began on another device than `device`'s; the first of `seeds`
     otherwise), those finished in `results/TABLE-SCALE` and those missing (`stale`: of them, those
@@ -149,13 +149,17 @@ def plan_frame(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)
     on the same kind of device, `seed_device`; `device`: the one this plan's calls will train on where a seed has no run yet);
     `phase_copies`: the missing seeds of a phased row whose first phase another row of the table trains at that seed
     (`twin_phase` copies it: only the later phases train), earlier in the same call or already, its best.pt still here
-    (`phase_twins`: the rows of the table whose first phase is the same)"""
+    (`phase_twins`: the rows of the table whose first phase is the same). With `claims` (ids), only the rows those claims read"""
     seeds, recs = tuple(int(s) for s in seeds), []
+    chosen = CLAIMS if claims is None else {k: CLAIMS[k] for k in claims}
     for t in TABLES.values():
-        folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id)
-        cs = [(reads(t, (*c.a, *c.b)), claim_seeds(c, folder, seeds, device, scale)) for c in CLAIMS.values() if c.table == t.id]
+        mine = [c for c in chosen.values() if c.table == t.id]
+        if claims is not None and not mine: continue
+        folder, used = Path(results)/f"{t.id}-{scale}", claim_rows(t.id) if claims is None else reads(t, [n for c in mine for n in (*c.a, *c.b)])
+        cs = [(reads(t, (*c.a, *c.b)), claim_seeds(c, folder, seeds, device, scale)) for c in mine]
         for i, r in enumerate(t.rows, 1):
             if r.needs or r.same_as: continue                          # cannot run here / reuses another row's run
+            if claims is not None and r.name not in used: continue     # only the chosen claims' rows
             need = tuple(sorted({s for names, ss in cs if r.name in names for s in ss})) if r.name in used else seeds[:1]
             done = tuple(s for s in need if row_runs(t, r, seed_dir(folder, s), scale))
             stale = tuple(s for s in need if s not in done and row_record(seed_dir(folder, s), t, r) is not None)
@@ -299,13 +303,13 @@ def ablate_show(table:str, scale:str|None=None):
 
 # %% ../nbs/16e_reproduce.ipynb #33d6467a
 def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS):
-    """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, figures; a claim
+    """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, budget.csv, figures; a claim
     with fewer than 3 seeds there is read from `earlier`, marked) and what the report still needs at `scale` (plan.csv) into
     `report_out`; no training"""
     df = write_report(results, report_out, earlier=earlier)
     write_plan(plan_frame(results, scale or REPORT_SCALE), Path(report_out)/"plan.csv")
     print(df["verdict"].value_counts().to_string())
-    print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'plan.csv'}")
+    print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'budget.csv'}, {Path(report_out)/'plan.csv'}")
 
 # %% ../nbs/16e_reproduce.ipynb #77df9f24
 def plan_summary(plan:pd.DataFrame, scale:str, results) -> str:
@@ -334,11 +338,24 @@ def _chains_hint(calls:list) -> str:
             + "\nor balanced over parallel chains by their steps, rows that copy from another in its chain: python tools/gpu_tables.py chains "
             f"--tables {','.join(dict.fromkeys(c[1] for c in calls))} --chains 6")
 
-def ablate_plan(results:str="results/ablate", scale:str|None=None, device:str|None=None, chains:bool=True) -> list:
+def budget_claims(results="results/ablate", earlier:str|None=EARLIER_RESULTS) -> list:
+    "The ids of the claims the report contradicts (`verdicts_frame` of `results`, and `earlier` where it has too few seeds): the budget question's"
+    df = verdicts_frame(results, earlier=earlier)
+    return df.loc[df["verdict"].astype(str).str.startswith("contradicted"), "claim"].tolist()
+
+def _budget_scale(scale:str|None) -> str:
+    if scale not in (None, BUDGET_SCALE): raise ValueError(f"--budget runs at scale {BUDGET_SCALE} (twice the report's budget); drop --scale {scale}.")
+    return BUDGET_SCALE
+
+def ablate_plan(results:str="results/ablate", scale:str|None=None, device:str|None=None, chains:bool=True, budget:bool=False) -> list:
     """`minbert_ablate plan`: print the runs the report still needs under `results` and the `minbert_ablate table` calls that make
-    them (no training); returns the calls this machine (or `device`) can run"""
-    scale = _scale(scale or REPORT_SCALE)
-    plan = plan_frame(results, scale, device=device); calls = plan_commands(plan, scale, device)
+    them (no training); returns the calls this machine (or `device`) can run. `budget`: those of the budget question instead,
+    the rows of the claims the report contradicts at twice its budget (`BUDGET_SCALE`; 16d_verdicts)"""
+    scale, claims = (_budget_scale(scale), budget_claims(results)) if budget else (_scale(scale or REPORT_SCALE), None)
+    if budget:
+        print(f"the budget question: {len(claims)} contradicted claim(s) at scale {BUDGET_SCALE}" + (f" ({', '.join(claims)})" if claims else ""))
+        if not claims: return []
+    plan = plan_frame(results, scale, device=device, claims=claims); calls = plan_commands(plan, scale, device)
     print(plan_summary(plan, scale, results))
     for line in ["minbert_ablate " + " ".join(c) for c in calls] + _plan_notes(plan, results, scale): print(line)
     calls, away = calls_here(calls, device)
@@ -362,12 +379,12 @@ def _run_here(calls:list, extra:list, quiet:bool=False, until:float|None=None) -
 
 def ablate_reproduce(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, device:str|None=None,
                      data_dir:str|None=None, workers:int=1, hours:float|None=None, until:float|None=None, quiet:bool=False,
-                     earlier:str|None=EARLIER_RESULTS):
+                     earlier:str|None=EARLIER_RESULTS, budget:bool=False):
     """`minbert_ablate reproduce`: run what `plan` lists, the claims' rows first (resumable), `workers` calls at a time; then
-    write each table again from its finished runs, and the report"""
+    write each table again from its finished runs, and the report. `budget`: the budget question's runs instead (`ablate_plan`)"""
     if workers < 1: raise ValueError(f"--workers {workers}: expected at least 1.")
-    until, scale = _deadline(hours, until), _scale(scale or REPORT_SCALE)
-    calls = ablate_plan(results, scale, device, chains=False)
+    until, scale = _deadline(hours, until), (_budget_scale(scale) if budget else _scale(scale or REPORT_SCALE))
+    calls = ablate_plan(results, scale, device, chains=False, budget=budget)
     extra = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
     failed = run_calls(calls, workers, extra, until=until) if workers > 1 else _run_here(calls, extra, quiet, until)
     for c, why in failed: print(f"minbert_ablate: this call failed ({why}): minbert_ablate {' '.join(c)}")
@@ -379,7 +396,7 @@ def ablate_reproduce(results:str="results/ablate", report_out:str="results/repro
 _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, type, help), as `add_arg` takes them
     "scale": (None, str, "a budget in examples, each row at its paper's optimiser: tiny 48 (a smoke test); quick 7,680 (`table`'s "
                          "default); short 23,040, 3 epochs of 7,680 (the report's scale, `plan`'s and `reproduce`'s default; 25-60 CPU "
-                         "minutes a row); full: the papers' budgets"),
+                         "minutes a row); short2x twice that (the budget question, `--budget`); full: the papers' budgets"),
     "out": (None, str, "output folder (default runs/ablate-TABLE-SCALE); rows already done there are not run again"),
     "rows": (None, str, "1-based rows to run, e.g. 1,3 (default: all)"),
     "backbone": (None, str, "backbone for every row (default: the embedded all-MiniLM-L6-v2)"),
@@ -394,7 +411,8 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "hours": (None, float, "start no run after this many hours (those running finish; the rest resumes later)"),
     "until": (None, float, "the same as a Unix time (what `reproduce` passes to its calls)"),
     "results": ("results/ablate", str, "where the tables' run folders are"),
-    "report_out": ("results/reproduction", str, "where claims.csv, report.md, plan.csv and the figures go"),
+    "report_out": ("results/reproduction", str, "where claims.csv, report.md, budget.csv, plan.csv and the figures go"),
+    "budget": (False, bool, "the budget question: only the rows of the claims the report contradicts, at twice its budget (scale short2x)"),
     "earlier": (EARLIER_RESULTS, str, "runs of an earlier registry, read (and marked) for claims that --results holds fewer than 3 seeds of"),
 }
 
@@ -406,11 +424,11 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
     "table": (ablate_table, "run (or continue) a table's rows, then print it beside the paper's numbers",
               ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until", "cpu_bf16")),
     "plan": (ablate_plan, "no training: the runs the report still needs under --results, and the `table` calls that make them",
-             ("results", "scale", "device")),
+             ("results", "scale", "device", "budget")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "
                               "figures), and plan.csv", ("results", "report_out", "scale", "earlier")),
     "reproduce": (ablate_reproduce, "run what `plan` lists, the claims' rows first (resumable); then `report`",
-                  ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet", "earlier")),
+                  ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet", "earlier", "budget")),
 }
 
 # %% ../nbs/16e_reproduce.ipynb #f2f0ed43

@@ -14,19 +14,20 @@ import pandas as pd
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .tables import TABLES, PaperTable, Row, row_configs, examples_seen
-from .table_report import our_value, merge_metrics, hw_label, train_files, run_phases
+from .tables import TABLES, PaperTable, Row, row_configs, examples_seen, SCALES, BUDGET, BUDGET_SCALE
+from .table_report import our_value, merge_metrics, hw_label, train_files, run_phases, device_type
 from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'student_t', 'paired_ci',
-           'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale',
-           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
-           'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
-           'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
+__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'BUDGET_CPU_MINUTES',
+           'student_t', 'paired_ci', 'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders',
+           'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute',
+           'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement',
+           'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
            'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text',
-           'summary_table', 'readings_text', 'report_markdown', 'write_report']
+           'summary_table', 'readings_text', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines',
+           'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -102,8 +103,8 @@ def table_folders(results) -> dict:
     return found
 
 def pick_folder(cands:list, scale:str|None=None) -> dict|None:
-    "The folder a claim reads: at `scale` if given; most seeds, then not tiny, then full"
-    c = [x for x in cands if scale is None or x["scale"] == scale]
+    "The folder a claim reads: at `scale` if given; else most seeds, then not tiny, then full (never the budget question's `BUDGET_SCALE`)"
+    c = [x for x in cands if (x["scale"] == scale if scale else x["scale"] != BUDGET_SCALE)]
     return max(c, key=lambda x: (len(x["seeds"]), x["scale"] != "tiny", x["scale"] == "full"), default=None)
 
 # %% ../nbs/16d_verdicts.ipynb #fc468294
@@ -652,9 +653,9 @@ def _claim_lines(r, p:bool, root=".") -> list:
     return out
 
 # %% ../nbs/16d_verdicts.ipynb #585c4f50
-def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
+def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None) -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
-    claim, then per table its figure and each claim with its evidence"""
+    claim, the budget question of the contradicted ones (`budget`: `budget_frame`), then per table its figure and each claim with its evidence"""
     counts = df["verdict"].value_counts()
     earlier = int((df.get("settings", pd.Series(dtype=str)) == "earlier").sum())
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
@@ -665,6 +666,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
            *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "",
+           *(budget_lines(budget) if budget is not None else []),
            *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![Claims of {t}: each seed's difference, our mean and interval, the paper's value](figures/{t}.png)", "",
@@ -677,6 +679,67 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".") -> str:
                      + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
     return "\n".join(out)
 
+# %% ../nbs/16d_verdicts.ipynb #0e9b7d6d
+BUDGET_CPU_MINUTES = 30   # a run longer than this at twice the budget on 2 CPU cores is left for a GPU
+
+def run_minutes(folders, root=".") -> dict:
+    "device type -> the wall minutes of each run folder of `folders` (paths under `root`): row.json's `wall_s`, else metrics.json's `wall_time_s`"
+    out = {}
+    for f in folders:
+        f = Path(root)/f
+        r = _json(f/"row.json") if (f/"row.json").is_file() else {}
+        m = _json(f/"metrics.json") if (f/"metrics.json").is_file() else {}
+        wall, dev = r.get("wall_s") or m.get("wall_time_s"), device_type(r.get("metrics") or m) or device_type(m)
+        if wall and dev: out.setdefault(dev, []).append(wall / 60)
+    return out
+
+def _budget_cost(minutes:dict, bound:float=BUDGET_CPU_MINUTES) -> tuple:
+    "What a claim's runs took a run at the report's scale, per device, and where its runs at twice the budget belong"
+    said = "; ".join(f"{d}: {min(v):.0f}-{max(v):.0f} min a run" if round(min(v)) != round(max(v)) else f"{d}: {v[0]:.0f} min a run"
+                     for d, v in sorted(minutes.items()))
+    cpu = minutes.get("cpu")
+    where = ("a GPU" if not cpu or 2 * max(cpu) > bound else "the CPU")
+    return said or "not measured", where
+
+def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bound:float=BUDGET_CPU_MINUTES) -> pd.DataFrame:
+    """The budget question of every contradicted claim of `df` (`verdicts_frame`): its verdict again from the runs at `scale`
+    (twice the report's budget) under `results`; `budget` is 'budget-dependent' when that verdict differs, 'holds at twice the
+    budget' when it is the same, 'not run at twice the budget' with fewer than MIN_SEEDS seeds there, and not compared where the
+    verdict rests on runs of an earlier registry (`settings` = earlier: the settings would change with the budget); `cost`: what the claim's
+    runs took a run at the report's scale, per device, and `where` its runs at twice the budget belong (a CPU run over `bound` minutes: a GPU)"""
+    cols = ["claim", "verdict", "settings", "verdict_2x", "ours_2x", "seeds_2x", "budget", "cost", "where"]
+    con = df[df["verdict"].astype(str).str.startswith("contradicted")]
+    if con.empty: return pd.DataFrame(columns=cols)
+    twice = claims_frame(results, root, scale, {c: CLAIMS[c] for c in con["claim"]}).set_index("claim")
+    base, rows = lambda v: str(v).split(" (")[0], []
+    for _, r in con.iterrows():
+        t = twice.loc[r["claim"]]; n = int(t["seeds"])
+        label = ("not run at twice the budget" if n < MIN_SEEDS else
+                 "not compared: the verdict rests on earlier settings" if r.get("settings") == "earlier" else   # two changes at once
+                 "holds at twice the budget" if base(t["verdict"]) == base(r["verdict"]) else "budget-dependent")
+        runs = [p for k in ("a_runs", "b_runs") for p in str(r.get(k) or "").split(";") if p and p != "nan"]
+        cost, where = _budget_cost(run_minutes(runs, root), bound)
+        rows.append(dict(claim=r["claim"], verdict=r["verdict"], settings=r.get("settings", ""), verdict_2x=t["verdict"] if n else "",
+                         ours_2x=(f"{t['ours_diff']:+.4g} [{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if n >= 2 else ""),
+                         seeds_2x=n, budget=label, cost=cost, where=where))
+    return pd.DataFrame(rows, columns=cols)
+
+def budget_lines(bq:pd.DataFrame) -> list:
+    "report.md's lines on the budget question (`budget_frame`); none without a contradicted claim"
+    if bq is None or bq.empty: return []
+    ex = SCALES[BUDGET_SCALE]["epochs"] * SCALES[BUDGET_SCALE][BUDGET]
+    out = [f"Budget question: each contradicted claim again at twice the budget (scale {BUDGET_SCALE}: {ex:,} examples, all else as "
+           "short). A verdict that changes there is budget-dependent. `minbert_ablate reproduce --budget` runs what it needs "
+           f"(`minbert_ablate plan --budget` lists it); runs over {BUDGET_CPU_MINUTES} minutes at twice the budget on 2 CPU cores are for a GPU. "
+           "A verdict that rests on earlier settings is compared once its rows have run at their papers' settings.", "",
+           "| claim | verdict | at twice the budget | seeds | reading | its runs at the report's scale | twice the budget on |",
+           "|---|---|---|---|---|---|---|"]
+    for r in bq.itertuples():
+        at2 = f"{r.verdict_2x} {r.ours_2x}".strip() if r.seeds_2x else "–"
+        v = r.verdict + (" (earlier settings)" if r.settings == "earlier" else "")
+        out.append(f"| {r.claim} | {v} | {at2} | {r.seeds_2x} | {r.budget} | {r.cost} | {r.where} |")
+    return out + [""]
+
 # %% ../nbs/16d_verdicts.ipynb #534cb480
 _PLOTTED = ("claim", "paper_diff", "ours_diff", "ci_low", "ci_high", "verdict", "holm_verdict", "settings", "seed_diffs")
 
@@ -688,7 +751,7 @@ def _figure_key(path) -> str|None:
     except (OSError, ImportError): return None
 
 def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None, earlier=None) -> pd.DataFrame:
-    """claims.csv (CSV_COLUMNS, then EXTRA_COLUMNS), report.md and figures/TABLE.png in `out` from the run folders under `results`
+    """claims.csv (CSV_COLUMNS, then EXTRA_COLUMNS), budget.csv (`budget_frame`), report.md and figures/TABLE.png in `out` from the run folders under `results`
     (and `earlier`, for claims `results` has too few seeds of: `verdicts_frame`); no training"""
     out, df = Path(out), verdicts_frame(results, root, scale, earlier)
     out.mkdir(parents=True, exist_ok=True)
@@ -699,7 +762,8 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
     for t, g in df.groupby("table", sort=False):
         for src_, flag in ((found, "paper"), (old, "earlier")):
             if (g["settings"] == flag).any() and (info := pick_folder(src_.get(t, []), scale)): runs += _counted_runs(info)[0]
-    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root))
+    bq = budget_frame(df, results, root); bq.to_csv(out/"budget.csv", index=False)
+    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root, bq))
     for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
