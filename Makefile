@@ -72,7 +72,7 @@ demo: $(VENV)/.runtime
 # written atomically but not fsynced (08a_checkpoint; about a second per MiniLM run here, where no power cut is tested).
 WORKERS ?= 4
 PYTEST  = MINBERT_FSYNC=0 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m pytest tests nbs --nbval-lax \
-          --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --no-loadscope-reorder --durations=10
+          --nbval-current-env -p no:cacheprovider -q -n auto --maxprocesses=$(WORKERS) --dist loadfile --durations=10
 # The first pass records which test files and notebooks read the full data (.data-trace/, see conftest.py) for the second.
 test: $(VENV)/.dev
 	MINBERT_DATA_TRACE=1 PYTHONPATH=$(CURDIR)/tests/trace$${PYTHONPATH:+:$$PYTHONPATH} $(PYTEST)
