@@ -122,9 +122,9 @@ def pytest_configure(config):
     spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 # The longest files first (seconds of a first pass on 2 cores, measured). pytest-xdist's `--dist loadfile` then orders the
-# files by their number of tests (its loadscope-reorder, stable: this order stays among files of as many tests). Keeping
-# this order instead (`--no-loadscope-reorder`) was measured worse on 2 cores: one worker ended 200 s before the other in a
-# 790 s pass, where with xdist's order the two ended 21 s apart.
+# files by their number of tests (its loadscope-reorder; the sort is stable, so this order stays among files with as many
+# tests). In a fresh-clone CI run on 2 cores the two workers ended 23 s apart in xdist's order (first pass 756 s); this
+# order, with `--no-loadscope-reorder`, took as long (759 s), so the Makefile keeps xdist's.
 _LONG_FIRST = ("tests/test_docs.py", "nbs/16e_reproduce.ipynb", "tests/test_gpu_tables.py", "tests/reliability/test_folders.py",
                "tests/test_gpu_check.py", "nbs/24_bench.ipynb", "tests/test_adapter_pal_reference.py", "tests/test_ddp.py",
                "nbs/16b_ablate.ipynb", "nbs/15b_analysis.ipynb", "tests/test_optimisation.py", "tests/test_ablate.py",
