@@ -95,10 +95,11 @@ gpu-pack: $(VENV)/.runtime
 
 # Re-run every notebook in place (or those NB names, e.g. `make nbs NB=nbs/reproduction.ipynb`), skipping `#| notest` /
 # `#| gpu` cells (stores outputs for the docs); export; clean. The notebooks' demos train into `tempfile.mkdtemp()`
-# folders (hundreds of MB each): they go to a TMPDIR of this run's own, removed after it, as under `make test`.
+# folders (hundreds of MB each): they go to a TMPDIR of this run's own, removed after it, as under `make test`. They train in
+# fp32 on every CPU (MINBERT_CPU_BF16=0), as under test (conftest.py): the stored outputs are the same on any CPU.
 NB ?=
 nbs: $(VENV)/.dev
-	tmp=$$(mktemp -d -t minbert-nbs-XXXXXX) && HF_HUB_OFFLINE=1 TMPDIR=$$tmp $(BIN)/nbdev-test --n-workers 1 --save $(NB); \
+	tmp=$$(mktemp -d -t minbert-nbs-XXXXXX) && HF_HUB_OFFLINE=1 MINBERT_CPU_BF16=0 TMPDIR=$$tmp $(BIN)/nbdev-test --n-workers 1 --save $(NB); \
 	  rc=$$?; rm -rf "$$tmp"; exit $$rc
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 

@@ -8,16 +8,21 @@ a notebook's closing `nbdev.nbdev_export()` (below).
 
 Stored outputs stay true: a cell marked `#| check_output` (a cell whose output is deterministic: a value, a table, a
 prediction) has its fresh output compared with the stored one, as nbval's strict mode does, and the test fails when they
-differ; `make nbs NB=nbs/X.ipynb` refreshes a notebook's outputs. The stored outputs were made with the full data, so the
+differ; `make nbs NB=nbs/X.ipynb` refreshes a notebook's outputs. Numbers may differ within a tolerance (0.1%, or 1e-5: another
+CPU's fp32 kernels round differently), the rest of the text not at all, and everything trains in fp32 under test. The stored outputs were made with the full data, so the
 comparison is made only where the full data is found (and not in CI's no-data pass).
 """
-import os, re, shutil, tempfile
+import copy, os, re, shutil, tempfile
 from pathlib import Path
 import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `amp auto` trains in fp32 on every CPU under test (and `make nbs`), as the stored outputs were made: on a CPU with native
+# bf16 it would train in bf16 (00_core) and every checked score would move. The bf16 paths have tests of their own that ask
+# for bf16; MINBERT_CPU_BF16=1 runs the suite in bf16 (the checked outputs then differ).
+os.environ.setdefault("MINBERT_CPU_BF16", "0")
 
 _SKIP = re.compile(r"^#\|\s*(notest|gpu)\b", re.M)
 # A notebook's closing `nbdev.nbdev_export()` rewrites the package's modules: under test it would race the other
@@ -64,16 +69,55 @@ if IPyNbFile is not None and not getattr(IPyNbFile, "_minbert_patched", False):
     # What a checked cell's output is compared on: its results (values, tables, printed lines, figures), not the warnings a
     # library prints on stderr (they depend on what else ran first in the process). Paths of the machine that ran it are
     # compared as placeholders (the repository, the data folder, temporary run folders, site-packages, the data cache), and so are durations.
+    # Numbers are compared within a tolerance (`_align`): another CPU's fp32 kernels round differently (AVX2 and AVX-512
+    # give different last digits, and a training carries them into its scores).
     _compare = IPyNbCell.compare_outputs
     def compare_outputs(self, test, ref, skip_compare=None):
         keep = lambda outs: [o for o in outs if not (o.get("output_type") == "stream" and o.get("name") == "stderr")]
-        return _compare(self, keep(test), keep(ref), skip_compare)
+        return _compare(self, *_align_outputs(self, keep(test), keep(ref)), skip_compare)
     IPyNbCell.compare_outputs = compare_outputs
     _setup_sanitize = IPyNbFile.setup_sanitize_files
     def setup_sanitize_files(self):
         _setup_sanitize(self)
         self.sanitize_patterns.update(_sanitize_patterns())
     IPyNbFile.setup_sanitize_files = setup_sanitize_files
+
+# A checked output's numbers may differ from the stored ones by 0.1% of their size, or by 1e-5 (the rounding noise of fp32:
+# "largest difference 2.2e-06"); integers and all the text around the numbers must be the same.
+REL_TOL, ABS_TOL = 1e-3, 1e-5
+_NUM = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
+
+def _close(a:str, b:str) -> bool:
+    if a == b: return True
+    if re.fullmatch(r"[-+]?\d+", a) or re.fullmatch(r"[-+]?\d+", b): return False    # counts, indices, seeds: exactly
+    x, y = float(a), float(b)
+    return abs(x - y) <= max(REL_TOL * max(abs(x), abs(y)), ABS_TOL)
+
+def _align(test:str, ref:str) -> str:
+    """`test` with each of its numbers that is close to `ref`'s number in the same place written as `ref` writes it; unchanged
+    where the text around the numbers differs. Numbers beyond the tolerance stay as they are, so the failure's diff shows them"""
+    if test == ref or _NUM.split(test) != _NUM.split(ref): return test
+    nums = iter(_NUM.findall(ref))
+    return _NUM.sub(lambda m: (r if _close(m.group(), r := next(nums)) else m.group()), test)
+
+def _align_outputs(cell, test:list, ref:list) -> tuple:
+    """The fresh outputs `test` and the stored ones `ref`, sanitized as nbval sanitizes them, with `test`'s numbers aligned to
+    `ref`'s (`_align`); as given where their number or kinds differ (nbval then reports the difference)"""
+    if len(test) != len(ref) or any(t.get("output_type") != r.get("output_type") for t, r in zip(test, ref)): return test, ref
+    text = lambda k, v: isinstance(v, str) and not k.startswith("image/")
+    def one(t, r):
+        t, r = copy.copy(t), copy.copy(r)
+        for k in ("text", "data"):
+            tv, rv = t.get(k), r.get(k)
+            if k == "text" and text(k, tv) and text(k, rv):
+                r[k] = cell.sanitize(rv); t[k] = _align(cell.sanitize(tv), r[k])
+            elif k == "data" and isinstance(tv, dict) and isinstance(rv, dict):
+                rd = {m: (cell.sanitize(v) if text(m, v) else v) for m, v in rv.items()}
+                t[k] = {m: (_align(cell.sanitize(v), rd[m]) if text(m, v) and text(m, rd.get(m)) else v) for m, v in tv.items()}
+                r[k] = rd
+        return t, r
+    pairs = [one(t, r) for t, r in zip(test, ref)]
+    return [t for t, _ in pairs], [r for _, r in pairs]
 
 def _sanitize_patterns() -> dict:
     "regex -> placeholder, applied to stored and fresh outputs alike before they are compared"
