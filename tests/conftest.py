@@ -10,7 +10,6 @@ if "MINBERT_CACHE" not in os.environ:
     os.environ["MINBERT_CACHE"] = tempfile.mkdtemp(prefix="minbert-test-cache-")
     atexit.register(shutil.rmtree, os.environ["MINBERT_CACHE"], True)
 
-import re
 from pathlib import Path
 import pytest
 from datapaths import SAMPLE
@@ -43,48 +42,3 @@ def module_tmp(tmp_path_factory):
 
 # Each notebook's kernel gets a TMPDIR of its own: the hooks are in the repository's root conftest.py, since the
 # notebooks (nbs/) are outside this folder and a conftest's hooks reach only the tests below it.
-
-
-# Test files whose code never looks data up (pure functions of the package): identical in both passes
-_NO_DATA_LOOKUP = {"test_bert.py", "test_optimizer.py", "test_losses.py", "test_samplers.py", "test_evaluate.py", "test_multitask.py",
-                   "test_notebooks.py", "test_docs.py", "test_peft_reference.py", "test_adapter_pal_reference.py",
-                   "test_smart_reference.py",
-                   "test_ablate.py", "test_data_cache.py"}   # ... or that pass the committed sample explicitly
-
-# A notebook that names none of these never reads the data folder (nor the sample): it runs the same in both passes
-_DATA_WORDS = re.compile(r"data_or_sample|find_data_dir|MINBERT_DATA|load_split|ensure_data|data_dir|sample_data|shared/data")
-_LOOKS = {}
-def _looks_data_up(path) -> bool:
-    if path not in _LOOKS: _LOOKS[path] = bool(_DATA_WORDS.search(path.read_text(encoding="utf-8")))
-    return _LOOKS[path]
-
-ROOT = Path(__file__).resolve().parents[1]
-
-def _data_trace():
-    "(files the last complete first pass ran, those of them that read the full data), or None without such a record"
-    d = ROOT / ".data-trace"   # written by the root conftest.py
-    if not (d / "complete").is_file(): return None
-    read = lambda f: set(f.read_text().split()) if f.is_file() else set()
-    reads = read(d / "reads.txt")
-    if "?" in reads: return None   # a read outside any test file or notebook: which one cannot be said, so no record
-    return set().union(*(read(f) for f in d.glob("ran-*.txt"))), reads
-
-def pytest_collection_modifyitems(config, items):
-    """`make test-nodata` (MINBERT_NODATA_PASS=1) is CI's second pass, with the data lookup pointed at an empty folder. It runs
-    what can behave differently there. When the first pass just ran on this checkout with the full data, its record says
-    which test files and notebooks read the data (the root conftest.py): the rest ran there and give the same result here,
-    so they are left out. Without that record the rule is static: tests that read only the committed sample (the
-    `small_data` fixture), and test files and notebooks that never look data up, are left out."""
-    if os.environ.get("MINBERT_NODATA_PASS") != "1": return
-    trace = _data_trace()
-    if trace is not None:
-        ran, read = trace
-        rel = lambda it: os.path.relpath(it.path, ROOT)
-        same = lambda it: rel(it) in ran and rel(it) not in read
-    else:
-        same = lambda it: ("small_data" in getattr(it, "fixturenames", ()) or it.path.name in _NO_DATA_LOOKUP
-                           or (it.path.suffix == ".ipynb" and not _looks_data_up(it.path)))
-    drop = [it for it in items if same(it)]
-    if drop:
-        config.hook.pytest_deselected(items=drop)
-        items[:] = [it for it in items if not same(it)]

@@ -67,3 +67,34 @@ def test_nbval_removes_a_notebooks_temporary_files(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     left = [p.name for p in tmp.iterdir() if p.name.startswith(("tmp", "nbval-"))]
     assert left == [], f"the notebook's temporary folders were left in TMPDIR: {left}"
+
+def _root_conftest():
+    "The repository's conftest.py (nbval's hooks for the notebooks) as a module of its own"
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("root_conftest", _NBS.parent / "conftest.py")
+    m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+    return m
+
+def test_checked_outputs_compare_numbers_within_a_tolerance():
+    """A `#| check_output` cell's numbers may move by 0.1% (or 1e-5) and nothing else may: the cases are those seen between an
+    AVX2 and an AVX-512 CPU, both in fp32"""
+    import copy, nbformat
+    align = _root_conftest()._align
+    assert align("corr=0.7674 overall=0.5654", "corr=0.7678 overall=0.5655") == "corr=0.7678 overall=0.5655"
+    assert align("largest difference 2.2e-06 (pooler 1.4e-07)", "largest difference 3.8e-06 (pooler 1.9e-07)") == \
+        "largest difference 3.8e-06 (pooler 1.9e-07)"                                 # fp32 noise: within 1e-5
+    assert align("overall=0.5554 acc=0.7678", "overall=0.5655 acc=0.7679") == "overall=0.5554 acc=0.7679"   # 1.8% stays, so the diff shows it
+    assert align("<td>2.935273</td>", "<td>2.849961</td>") == "<td>2.935273</td>"      # bf16 against fp32 there: 3%
+    assert align("rows 13", "rows 12") == "rows 13" and align("12 of 13", "12 of 13.0") == "12 of 13"   # integers exactly
+    assert align("sts 0.5", "sst 0.5") == "sts 0.5"                                     # the text around the numbers exactly
+    class Cell:                                                                          # nbval's cell, as far as the alignment uses it
+        sanitize = staticmethod(lambda s: s.replace("/tmp/abc", "<tmp>"))
+    out = lambda **kw: nbformat.from_dict(kw)
+    test = [out(output_type="stream", name="stdout", text="saved to /tmp/abc: 0.13574093\n"),
+            out(output_type="execute_result", data={"text/plain": "0.568906", "text/html": "<td>0.568906</td>", "image/png": "iVBO1"}, metadata={})]
+    ref = [out(output_type="stream", name="stdout", text="saved to <tmp>: 0.13574089\n"),
+           out(output_type="execute_result", data={"text/plain": "0.568648", "text/html": "<td>0.568648</td>", "image/png": "iVBO2"}, metadata={})]
+    t, r = _root_conftest()._align_outputs(Cell(), copy.deepcopy(test), ref)
+    assert t[0].text == r[0].text == "saved to <tmp>: 0.13574089\n" and t[1]["data"]["text/html"] == "<td>0.568648</td>"
+    assert t[1]["data"]["image/png"] == "iVBO1"                                          # figures: compared as they are
+    assert _root_conftest()._align_outputs(Cell(), test[:1], ref) == (test[:1], ref)    # another number of outputs: as given
