@@ -107,14 +107,12 @@ def _align_outputs(cell, test:list, ref:list) -> tuple:
     text = lambda k, v: isinstance(v, str) and not k.startswith("image/")
     def one(t, r):
         t, r = copy.copy(t), copy.copy(r)
-        for k in ("text", "data"):
-            tv, rv = t.get(k), r.get(k)
-            if k == "text" and text(k, tv) and text(k, rv):
-                r[k] = cell.sanitize(rv); t[k] = _align(cell.sanitize(tv), r[k])
-            elif k == "data" and isinstance(tv, dict) and isinstance(rv, dict):
-                rd = {m: (cell.sanitize(v) if text(m, v) else v) for m, v in rv.items()}
-                t[k] = {m: (_align(cell.sanitize(v), rd[m]) if text(m, v) and text(m, rd.get(m)) else v) for m, v in tv.items()}
-                r[k] = rd
+        if text("text", t.get("text")) and text("text", r.get("text")):                 # a stream's printed lines
+            r["text"] = cell.sanitize(r["text"]); t["text"] = _align(cell.sanitize(t["text"]), r["text"])
+        if isinstance(t.get("data"), dict) and isinstance(r.get("data"), dict):        # a result's MIME bundle
+            r["data"] = {m: (cell.sanitize(v) if text(m, v) else v) for m, v in r["data"].items()}
+            t["data"] = {m: (_align(cell.sanitize(v), r["data"][m]) if text(m, v) and text(m, r["data"].get(m)) else v)
+                         for m, v in t["data"].items()}
         return t, r
     pairs = [one(t, r) for t, r in zip(test, ref)]
     return [t for t, _ in pairs], [r for _, r in pairs]

@@ -79,7 +79,7 @@ def test_checked_outputs_compare_numbers_within_a_tolerance():
     """A `#| check_output` cell's numbers may move by 0.1% (or 1e-5) and nothing else may: the cases are those seen between an
     AVX2 and an AVX-512 CPU, both in fp32"""
     import copy, nbformat
-    align = _root_conftest()._align
+    root = _root_conftest(); align = root._align
     assert align("corr=0.7674 overall=0.5654", "corr=0.7678 overall=0.5655") == "corr=0.7678 overall=0.5655"
     assert align("largest difference 2.2e-06 (pooler 1.4e-07)", "largest difference 3.8e-06 (pooler 1.9e-07)") == \
         "largest difference 3.8e-06 (pooler 1.9e-07)"                                 # fp32 noise: within 1e-5
@@ -94,7 +94,7 @@ def test_checked_outputs_compare_numbers_within_a_tolerance():
             out(output_type="execute_result", data={"text/plain": "0.568906", "text/html": "<td>0.568906</td>", "image/png": "iVBO1"}, metadata={})]
     ref = [out(output_type="stream", name="stdout", text="saved to <tmp>: 0.13574089\n"),
            out(output_type="execute_result", data={"text/plain": "0.568648", "text/html": "<td>0.568648</td>", "image/png": "iVBO2"}, metadata={})]
-    t, r = _root_conftest()._align_outputs(Cell(), copy.deepcopy(test), ref)
+    t, r = root._align_outputs(Cell(), copy.deepcopy(test), ref)
     assert t[0].text == r[0].text == "saved to <tmp>: 0.13574089\n" and t[1]["data"]["text/html"] == "<td>0.568648</td>"
     assert t[1]["data"]["image/png"] == "iVBO1"                                          # figures: compared as they are
-    assert _root_conftest()._align_outputs(Cell(), test[:1], ref) == (test[:1], ref)    # another number of outputs: as given
+    assert root._align_outputs(Cell(), test[:1], ref) == (test[:1], ref)    # another number of outputs: as given
