@@ -98,3 +98,29 @@ def test_checked_outputs_compare_numbers_within_a_tolerance():
     assert t[0].text == r[0].text == "saved to <tmp>: 0.13574089\n" and t[1]["data"]["text/html"] == "<td>0.568648</td>"
     assert t[1]["data"]["image/png"] == "iVBO1"                                          # figures: compared as they are
     assert root._align_outputs(Cell(), test[:1], ref) == (test[:1], ref)    # another number of outputs: as given
+
+def test_a_notebook_kernel_that_dies_at_start_is_started_again():
+    """jupyter_client's port race (a port it picked is taken before the kernel binds it) kills a kernel at start now and
+    then under two workers: nbval's start is tried three times, and a kernel that dies every time still fails"""
+    import nbval.kernel
+    root = _root_conftest()
+    assert nbval.kernel.start_new_kernel.retrying                       # the session's conftest put the retry in place
+    assert not getattr(root._nbval_start_new_kernel, "retrying", False)   # and a second load does not wrap it twice
+    calls = []
+    def dies_once(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1: raise RuntimeError("Kernel died before replying to kernel_info")
+        return root._nbval_start_new_kernel(*a, **kw)                   # then a real kernel
+    km, kc = root._start_kernel_retrying(startup_timeout=60, kernel_name=nbval.kernel.CURRENT_ENV_KERNEL_NAME, _start=dies_once)
+    try:
+        assert len(calls) == 2 and km.is_alive()
+        msg = kc.execute_interactive("x = 6 * 7", timeout=30)
+        assert msg["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels(); km.shutdown_kernel(now=True)
+    def always_dies(*a, **kw):
+        calls.append(1); raise RuntimeError("Kernel died before replying to kernel_info")
+    calls.clear()
+    with pytest.raises(RuntimeError, match="Kernel died"):
+        root._start_kernel_retrying(_start=always_dies)
+    assert len(calls) == root.KERNEL_STARTS == 3
