@@ -152,6 +152,7 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(config)
         self.prefix_provider = None    # hook: a module f(batch_size) -> per-layer (keys, values), used when prefix_kv is None
         self.unpad = True              # on CPU, run the token-wise layers on the real tokens only (see below)
+        self.static = False            # a captured step's model (08j_static_step): fixed shapes, nothing read back on the host
         self.apply(self._init_weights)
 
     def _init_weights(self, m):
@@ -176,7 +177,7 @@ def forward(self:BertModel, input_ids:torch.Tensor, attention_mask:torch.Tensor|
         x = self.embeddings(input_ids, token_type_ids)                     # (B, T, C)
         if (attention_mask is not None and not output_attentions and not torch.compiler.is_compiling()
                 and (min(lengths) == input_ids.shape[1] if lengths is not None and self.unpad else
-                     attention_mask.device.type == "cpu" and bool(attention_mask.all()))):
+                     attention_mask.device.type == "cpu" and not self.static and bool(attention_mask.all()))):
             attention_mask = None    # no padding: without a mask, SDPA may use its fastest kernels. Only where reading the
                                      # mask is free: on a GPU `bool(...)` would stall the host until the device catches up,
                                      # and in a compiled graph it would break the graph (its value is data); the
@@ -224,7 +225,7 @@ def batch_to(batch, device, model:nn.Module|None=None):
 def _can_unpad(self:BertModel, attention_mask, per_layer_outputs:bool, lengths=None) -> bool:
     """Packing pays where padding exists and finding it is free: on CPU (`nonzero`), or anywhere from the host's `lengths`
     (on a GPU `nonzero` would stall the host until the device catches up); without per-layer outputs (kept padded)"""
-    return (self.unpad and attention_mask is not None and not per_layer_outputs
+    return (self.unpad and not self.static and attention_mask is not None and not per_layer_outputs
             and (lengths is not None or attention_mask.device.type == "cpu"))
 
 @patch

@@ -147,6 +147,8 @@ class TrainConfig(ModelConfig):
     sdpa_cudnn: bool = False         # CUDA: let attention use cuDNN's SDPA kernel (it builds an execution plan per new shape; 01_attention)
     unpad: bool = True               # the layers run on the real tokens only: on CPU found in the mask, on a GPU from the host's lengths (02_bert)
     fused_epilogues: bool = False    # each layer's dropout-residual-LayerNorm and bias-GELU as compiled kernels, LayerNorm outputs in bf16 under autocast (02b_fused; compile_backend); for GPUs
+    static_step: bool = False        # fixed shapes, the epoch's batches on the device, nothing read on the host in a step; on a GPU each shape's step one CUDA graph (08j_static_step); what cannot run so trains eagerly, said
+    cuda_graphs: bool = True         # with static_step on a GPU: record each shape's whole step as a CUDA graph and replay it (false: the same step, run eagerly)
     # --- losses
     task_weights: dict|None = None   # multiply each task's loss, e.g. {"para": 0.5}
     mnrl_weight: float = 0.0         # add Multiple Negatives Ranking Loss on bi-encoder positives (Lee & Li (002))

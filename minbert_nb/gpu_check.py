@@ -30,9 +30,9 @@ from .bench import time_interleaved, bench_models, bench_mfu, _device_name
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'BUDGET_DEADLINE', 'SUMMARY_KEYS',
            'busy_fraction', 'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling',
            'launch_cost', 'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'varlen_timing',
-           'check_fastpath', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval', 'check_predict',
-           'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun', 'check_bench',
-           'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
+           'check_fastpath', 'check_static', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval',
+           'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun',
+           'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -271,6 +271,19 @@ def check_fastpath(c:CheckRun) -> dict:
     if q.is_file(): r["quick_overall_diff"] = m["overall"] - json.loads(q.read_text())["overall"]
     return r
 
+# %% ../nbs/24a_gpu_check.ipynb #6cfc0aea
+def check_static(c:CheckRun) -> dict:
+    "`quick` with the static step (one CUDA graph per shape on a GPU): its time and score beside the quick section's, graphs and steps"
+    m, steps = _trained(c.config("static", short=False, **c.b["quick"], static_step=True, save_checkpoint=False, checkpoint_every=0))
+    s = m["static_step"]
+    if not s["on"]: raise RuntimeError(f"the static step fell back to the eager one: {s['fallback']}")
+    r = dict(_fig(m, steps), cuda_graphs=s["cuda_graphs"], captures=s["captures"], graph_steps=s["graph_steps"], eager_steps=s["eager_steps"])
+    q = c.out/"quick"                                                     # the quick section's run, when it ran in this call
+    if (q/"metrics.json").is_file():
+        r["quick_overall_diff"] = m["overall"] - json.loads((q/"metrics.json").read_text())["overall"]
+        r["speedup_vs_quick"] = float(pd.read_csv(q/"history.csv").train_time_s.sum()) / max(r["train_s"], 1e-9)
+    return r
+
 # %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
 def check_timeline(c:CheckRun) -> dict:
     "`steps` training steps after `warm`, timed on the host only (no profiler, no checkpoint): ms per step, median and p90, steps/s"
@@ -395,7 +408,7 @@ def check_ceilings(c:CheckRun) -> dict:
 
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
-CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "fastpath": check_fastpath, "timeline": check_timeline, "profile": check_profile,
+CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "fastpath": check_fastpath, "timeline": check_timeline, "profile": check_profile,
           "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
           "smart": functools.partial(check_preset, name="smart", preset="opt-smart1"),
@@ -420,7 +433,8 @@ def _summary(r:dict) -> dict:
     "The figures a reader looks for first, from the sections that ran"
     P = r["paths"]; g = lambda s, k: P.get(s, {}).get(k)
     return dict(quick_train_s=g("quick", "train_s"), quick_steps_per_s=g("quick", "steps_per_s"), quick_overall=g("quick", "overall"),
-                quick_data_time_s=g("quick", "data_time_s"), host_ms_per_step=g("timeline", "host_ms_median"),
+                quick_data_time_s=g("quick", "data_time_s"), static_train_s=g("static", "train_s"),
+                static_overall=g("static", "overall"), static_speedup=g("static", "speedup_vs_quick"), host_ms_per_step=g("timeline", "host_ms_median"),
                 gpu_busy=g("profile", "gpu_busy"), kernels_per_step=g("profile", "kernels_per_step"), minbert_mfu=g("mfu", "minbert_mfu"),
                 hf_mfu=g("mfu", "hf_mfu"), launch_eager_us=g("ceilings", "launch_eager_us"), launch_graph_us=g("ceilings", "launch_graph_us"),
                 passed=sum(v["ok"] is True for v in P.values()), failed=len(r["failed"]), skipped=sum(v["ok"] is None for v in P.values()))
@@ -464,7 +478,8 @@ def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, pa
 def _shown(v) -> str: return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 SUMMARY_KEYS = {"ceilings": ("matmul_bert-base_16384_tflops", "copy_gb_s", "launch_eager_us", "launch_graph_us"),
-                "quick": ("train_s", "steps_per_s", "overall", "data_time_s"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s"),
+                "quick": ("train_s", "steps_per_s", "overall", "data_time_s"),
+                "static": ("train_s", "steps_per_s", "overall", "speedup_vs_quick", "graph_steps", "captures"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s"),
                 "profile": ("gpu_busy", "kernels_per_step", "nvml_util_pct"), "mfu": ("minbert_mfu", "hf_mfu", "entries"),
                 "compile": ("steady_steps_per_s",), "bench": ("train_ratio", "forward_ratio"), "adamw": ("max_diff", "default_ms")}
 

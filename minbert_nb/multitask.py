@@ -253,8 +253,11 @@ def _cross(self:MultitaskBert, task:str, a:dict, s:dict|None=None) -> TaskOutput
         return TaskOutput((self.heads[task](u) + self.heads[task](v)).squeeze(-1) / 2, u)
     T = max(a["input_ids"].shape[1], s["input_ids"].shape[1])
     a, s = _pad_to(a, T, self.pad_id), _pad_to(s, T, self.pad_id)
-    coins = torch.rand(a["input_ids"].shape[0]) < 0.5            # drawn on the host: where the rows' lengths are known there
-    flip = coins.to(a["input_ids"].device, non_blocking=True)     # (a GPU's, `host_lengths`), the chosen order's stay known
+    B, dev = a["input_ids"].shape[0], a["input_ids"].device
+    # drawn on the host, where the rows' lengths are known (a GPU's, `host_lengths`): the chosen order's stay known; a static
+    # step (08j_static_step) draws them on the device, inside its CUDA graph (on a CPU it is the same draw)
+    coins = (torch.rand(B, device=dev) if getattr(self.bert, "static", False) else torch.rand(B)) < 0.5
+    flip = coins.to(dev, non_blocking=True)
     both = {k: torch.where(flip[:, None], s[k], a[k]) for k in a if k != "lengths"}
     if "lengths" in a and "lengths" in s:
         both["lengths"] = tuple(ls if c else la for c, ls, la in zip(coins.tolist(), s["lengths"], a["lengths"]))

@@ -27,6 +27,7 @@ from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
 from .samplers import ScheduleConfig, TaskSchedule, TaskIterators
 from .pcgrad import PCGradGrads, ConflictProbe
 from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradTransform, SumGrads
+from .static_step import StaticStep, static_fallback, static_lengths
 from .smart import SmartTerm, BregmanTerm
 from .distill import TeacherTargets, DistillTerm, load_teachers
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
@@ -368,7 +369,7 @@ def _optimiser(self:Run):
         self.sched = TaskSchedule(ScheduleConfig(kind="round_robin", steps_per_epoch=cfg.steps_per_epoch, seed=cfg.seed, anchor="contrastive"),
                                   {"contrastive": len(self.pos_dl["contrastive"])}, cfg.epochs)
     else: self.sched = TaskSchedule(cfg.schedule_config(), {t: len(dl) for t, dl in self.train_dl.items()}, cfg.epochs)
-    total_updates = optimizer_updates(self.sched, cfg.epochs, cfg.grad_accum)   # what the loop takes: the schedule ends at the last one
+    self.total_updates = total_updates = optimizer_updates(self.sched, cfg.epochs, cfg.grad_accum)   # what the loop takes: the schedule ends at the last one
     self.lr_sched = make_scheduler(self.opt, cfg.schedule, total_updates, cfg.warmup if cfg.warmup <= 1 else int(cfg.warmup))
     self.iters = TaskIterators({**self.train_dl, **self.pos_dl}, seed=cfg.seed)
     self.st = RunProgress()
@@ -391,11 +392,22 @@ def _step(self:Run):
             print(f"note: task {t} names no head; it takes the model's sts_head: {model.cfg.head_of(t)} (write head: regression or "
                   f"head: cosine in {Path(spec.source).name} to choose)")
     self.wall0 = self.st.wall
-    self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, terms=loss_terms(cfg, model, world, self.init_from),
-                                 transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip, grad_accum=cfg.grad_accum,
-                                 amp_dtype=self.amp_dtype, device=device, sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50),
-                                 world=world, rank=self.rank, task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight,
-                                 mnrl_scale=cfg.mnrl_scale)
+    kw = dict(terms=loss_terms(cfg, model, world, self.init_from), transform=grad_transform(cfg, model, world), grad_clip=cfg.grad_clip,
+              grad_accum=cfg.grad_accum, amp_dtype=self.amp_dtype, device=device, sync_every=cfg.sync_every or (1 if device.type == "cpu" else 50),
+              world=world, rank=self.rank, task_weights=cfg.task_weights, contrastive_weight=cfg.contrastive_weight, mnrl_scale=cfg.mnrl_scale)
+    self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, **kw)
+    self.static = None                    # --static_step: what it runs with, or why it could not (then the step above trains)
+    if cfg.static_step:
+        why = static_fallback(step, contrastive=bool(self.pos_dl), probe=cfg.grad_conflicts)
+        if why is None:
+            graphs = cfg.cuda_graphs and device.type == "cuda"
+            self.step = step = StaticStep(self.fwd, model, self.opt, self.lr_sched, rows=cfg.batch_size, lengths=static_lengths(cfg.max_length),
+                                          total_updates=self.total_updates, cuda_graphs=graphs, **kw)
+        self.static = dict(on=why is None, fallback=why, lengths=list(static_lengths(cfg.max_length)), rows=cfg.batch_size,
+                           cuda_graphs=why is None and step.graphs_on)
+        if self.main: print(f"static step: lengths {self.static['lengths']} x {cfg.batch_size} rows, the epoch's batches on the device; "
+                            + ("each shape's step a CUDA graph" if self.static["cuda_graphs"] else f"run eagerly on {device.type}")
+                            if why is None else f"static step: off, training eagerly: {why}")
     step.stats.checkpoint = str(self.dir/"last.pt")
     self.probe = _conflict_probe(cfg, model, self.data, step.ctx, world) if cfg.grad_conflicts else None
     self.ema = WeightEMA(model, cfg.ema) if cfg.ema else None   # the averaged weights: evaluated and saved, raw ones scored beside them
@@ -413,7 +425,8 @@ def save_last(self:Run):
                  **(dict(ema=self.ema.state_dict()) if self.ema is not None else {}))
     if not self.main: return
     atomic_save(dict(model=self.model.state_dict(), optimizer=self.opt.state_dict(), lr_scheduler=self.lr_sched.state_dict(),
-                     iterators=self.iters.state_dict(), rng=rng_state(), progress=self.st.state_dict(), config=asdict(self.cfg), code=self.code,
+                     iterators=getattr(self, "iters_at_start", None) or self.iters.state_dict(),   # a static epoch's: at its start
+                     rng=rng_state(), progress=self.st.state_dict(), config=asdict(self.cfg), code=self.code,
                      precision=precision_name(self.amp_dtype),
                      **extra), self.dir/"last.pt")
 
@@ -428,10 +441,15 @@ def train_epoch(self:Run, epoch:int, stop:GracefulStop):
     step.stats.task_losses = st.task_losses   # ... and each task batch's loss (history's train_loss_TASK)
     bar = tqdm(total=len(plan), initial=st.i, desc=f"epoch {epoch}/{cfg.epochs}", disable=not (self.progress and self.main),
                mininterval=1.0, dynamic_ncols=True)
+    tasks_at = lambda i: tuple(plan[i]) + (("contrastive",) if self.pos_dl and not cfg.contrastive_only and i % cfg.contrastive_every == 0
+                                           else ())   # + a batch of positive pairs
+    if isinstance(step, StaticStep):       # the whole epoch's batches, from its start (a resumed epoch's checkpoint keeps that state)
+        self.iters_at_start = self.iters.state_dict()
+        epoch_batches = [[(t, self.iters.next(t)) for t in tasks_at(i)] for i in range(len(plan))]
+        step.load_epoch(epoch_batches, st.i)
     for i in range(st.i, len(plan)):
-        extra = self.pos_dl and not cfg.contrastive_only and i % cfg.contrastive_every == 0
-        tasks = tuple(plan[i]) + (("contrastive",) if extra else ())   # + a batch of positive pairs
-        batches = [(t, self.iters.next(t)) for t in tasks]
+        tasks = tasks_at(i)
+        batches = epoch_batches[i] if isinstance(step, StaticStep) else [(t, self.iters.next(t)) for t in tasks]
         update = (i + 1) % cfg.grad_accum == 0 or i + 1 == len(plan)
         halt = step.step(batches, dict(epoch=epoch, step=i + 1, of=len(plan)), update, stop.requested)
         for t, b in batches:   # examples/s and padding count the tasks' batches
@@ -444,6 +462,7 @@ def train_epoch(self:Run, epoch:int, stop:GracefulStop):
             bar.set_postfix(task="+".join(tasks), loss=f"{np.mean(st.losses[-50:]):.3f}")
     step.stats.sync()
     bar.close()
+    self.iters_at_start = None
     st.train_time += time.time() - self.t_ep
 
 # %% ../nbs/09_train.ipynb #cb68320f
@@ -535,6 +554,8 @@ def _metrics(self:Run) -> dict:
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
+             static_step=(dict(self.static, eager_steps=step.eager_steps, graph_steps=step.graph_steps, captures=step.captures)
+                          if isinstance(step, StaticStep) else self.static),
              preset=cfg.preset, code=self.code,
              optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))
     if self.probe is not None: m["grad_conflicts"] = self.probe.log.summary()

@@ -20,6 +20,9 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
     for k in ("train_s", "steps_per_s", "sst_acc", "para_acc", "sts_corr", "overall", "data_time_s"): assert q[k] >= 0, k
     assert q["steps"] == 4 and "gpu_busy" not in q                           # the timed run has no profiler
     assert json.loads((tmp_path / "runs" / "quick" / "config.json").read_text())["checkpoint_every"] == 0   # nor a checkpoint inside its loop
+    st = r["paths"]["static"]                                                # the static step: eagerly on a CPU, beside quick
+    assert (st["cuda_graphs"], st["captures"], st["graph_steps"], st["eager_steps"], st["steps"]) == (False, 0, 0, 4, 4), st
+    assert abs(st["quick_overall_diff"]) <= 0.05 and st["speedup_vs_quick"] > 0 and r["summary"]["static_train_s"] == st["train_s"]
     fp = r["paths"]["fastpath"]                                              # the fused epilogues (aot_eager here: the eager operations, traced)
     assert fp["fused_blocks"] == 6 and fp["max_diff"] == 0.0 and fp["residual_ln_eager_mb"] > fp["residual_ln_fused_mb"] > 0
     assert fp["varlen_kernel"] is False and fp["varlen_max_diff"] < 1e-5 and fp["attn_varlen_ms"] > 0   # the reference loop on a CPU
