@@ -285,19 +285,31 @@ def check_static(c:CheckRun) -> dict:
     return r
 
 # %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
-def check_timeline(c:CheckRun) -> dict:
-    "`steps` training steps after `warm`, timed on the host only (no profiler, no checkpoint): ms per step, median and p90, steps/s"
+def _timeline(c:CheckRun, name:str, **kw) -> dict:
     warm, steps = c.b["timeline"]
     ts = []
-    train(c.config("timeline", steps_per_epoch=warm + steps + 1), progress=False, on_step=lambda info: ts.append(time.perf_counter()))
+    train(c.config(name, steps_per_epoch=warm + steps + 1, **kw), progress=False, on_step=lambda info: ts.append(time.perf_counter()))
     d = sorted(b - a for a, b in zip(ts[warm:], ts[warm + 1:]))
     if len(d) < steps: raise RuntimeError(f"the run made {len(ts)} steps; the timeline needs {warm + steps + 1}")
     return dict(steps=len(d), host_ms_median=1e3 * statistics.median(d), host_ms_p90=1e3 * d[int(0.9 * (len(d) - 1))],
                 steps_per_s=len(d) / sum(d))
 
+def check_timeline(c:CheckRun) -> dict:
+    """`steps` training steps after `warm`, timed on the host only (no profiler, no checkpoint): ms per step, median and p90,
+    steps/s; then the same with the static step (`static_...`; its warm-up steps record the graphs)"""
+    r = _timeline(c, "timeline")
+    r.update({f"static_{k}": v for k, v in _timeline(c, "timeline-static", static_step=True).items()})
+    return r
+
 def check_profile(c:CheckRun) -> dict:
     """A profiler window of `active` steps after `wait`, once: CUDA kernels per step and the GPU's busy fraction, NVML's
-    utilisation beside them. On CUDA, a window without kernel events is a failure that says so"""
+    utilisation beside them; then the same window of the static step (`static_...`). On CUDA, a window without kernel
+    events is a failure that says so"""
+    r = _profile(c, "profile")
+    r.update({f"static_{k}": v for k, v in _profile(c, "profile-static", static_step=True).items()})
+    return r
+
+def _profile(c:CheckRun, name:str, **kw) -> dict:
     P, got, util = torch.profiler, {}, []
     wait, active = c.b["profile"]
     acts = [P.ProfilerActivity.CPU] + ([P.ProfilerActivity.CUDA] if c.cuda else [])
@@ -310,7 +322,7 @@ def check_profile(c:CheckRun) -> dict:
             try: util.append(torch.cuda.utilization(c.device))   # NVML; absent without pynvml
             except Exception: pass
     with P.profile(activities=acts, schedule=P.schedule(wait=wait, warmup=1, active=active, repeat=1), on_trace_ready=ready) as prof:
-        train(c.config("profile", steps_per_epoch=wait + active + 2), progress=False, on_step=on_step)
+        train(c.config(name, steps_per_epoch=wait + active + 2, **kw), progress=False, on_step=on_step)
     if "profiled_steps" not in got: raise RuntimeError(f"the profiler's window ({wait} + 1 + {active} steps) did not close")
     if c.cuda and not got["kernels_per_step"]:
         raise RuntimeError("the profiler recorded no CUDA kernel in its window, so the GPU's busy fraction cannot be measured "
@@ -435,7 +447,8 @@ def _summary(r:dict) -> dict:
     return dict(quick_train_s=g("quick", "train_s"), quick_steps_per_s=g("quick", "steps_per_s"), quick_overall=g("quick", "overall"),
                 quick_data_time_s=g("quick", "data_time_s"), static_train_s=g("static", "train_s"),
                 static_overall=g("static", "overall"), static_speedup=g("static", "speedup_vs_quick"), host_ms_per_step=g("timeline", "host_ms_median"),
-                gpu_busy=g("profile", "gpu_busy"), kernels_per_step=g("profile", "kernels_per_step"), minbert_mfu=g("mfu", "minbert_mfu"),
+                gpu_busy=g("profile", "gpu_busy"), kernels_per_step=g("profile", "kernels_per_step"), static_gpu_busy=g("profile", "static_gpu_busy"),
+                static_host_ms_per_step=g("timeline", "static_host_ms_median"), minbert_mfu=g("mfu", "minbert_mfu"),
                 hf_mfu=g("mfu", "hf_mfu"), launch_eager_us=g("ceilings", "launch_eager_us"), launch_graph_us=g("ceilings", "launch_graph_us"),
                 passed=sum(v["ok"] is True for v in P.values()), failed=len(r["failed"]), skipped=sum(v["ok"] is None for v in P.values()))
 
@@ -479,8 +492,8 @@ def _shown(v) -> str: return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 SUMMARY_KEYS = {"ceilings": ("matmul_bert-base_16384_tflops", "copy_gb_s", "launch_eager_us", "launch_graph_us"),
                 "quick": ("train_s", "steps_per_s", "overall", "data_time_s"),
-                "static": ("train_s", "steps_per_s", "overall", "speedup_vs_quick", "graph_steps", "captures"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s"),
-                "profile": ("gpu_busy", "kernels_per_step", "nvml_util_pct"), "mfu": ("minbert_mfu", "hf_mfu", "entries"),
+                "static": ("train_s", "steps_per_s", "overall", "speedup_vs_quick", "graph_steps", "captures"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s", "static_host_ms_median"),
+                "profile": ("gpu_busy", "kernels_per_step", "static_gpu_busy", "static_kernels_per_step"), "mfu": ("minbert_mfu", "hf_mfu", "entries"),
                 "compile": ("steady_steps_per_s",), "bench": ("train_ratio", "forward_ratio"), "adamw": ("max_diff", "default_ms")}
 
 def summary_lines(r:dict, width:int=118) -> list:

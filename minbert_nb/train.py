@@ -398,11 +398,11 @@ def _step(self:Run):
     self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, **kw)
     self.static = None                    # --static_step: what it runs with, or why it could not (then the step above trains)
     if cfg.static_step:
-        why = static_fallback(step, contrastive=bool(self.pos_dl), probe=cfg.grad_conflicts)
+        why = static_fallback(step, probe=cfg.grad_conflicts)
         if why is None:
             graphs = cfg.cuda_graphs and device.type == "cuda"
             self.step = step = StaticStep(self.fwd, model, self.opt, self.lr_sched, rows=cfg.batch_size, lengths=static_lengths(cfg.max_length),
-                                          total_updates=self.total_updates, cuda_graphs=graphs, **kw)
+                                          contrastive_rows=cfg.contrastive_batch, total_updates=self.total_updates, cuda_graphs=graphs, **kw)
         self.static = dict(on=why is None, fallback=why, lengths=list(static_lengths(cfg.max_length)), rows=cfg.batch_size,
                            cuda_graphs=why is None and step.graphs_on)
         if self.main: print(f"static step: lengths {self.static['lengths']} x {cfg.batch_size} rows, the epoch's batches on the device; "

@@ -28,8 +28,9 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
     assert fp["varlen_kernel"] is False and fp["varlen_max_diff"] < 1e-5 and fp["attn_varlen_ms"] > 0   # the reference loop on a CPU
     assert abs(fp["quick_overall_diff"]) <= 0.05, fp    # beside the quick section's run (16 dev rows a task here: one row moves overall by 0.02)
     ce = r["paths"]["ceilings"]; assert ce["matmul_tiny_64_tflops"] > 0 and ce["copy_gb_s"] > 0 and ce["launch_graph_us"] is None
-    tl = r["paths"]["timeline"]; assert tl["steps"] == 4 and 0 < tl["host_ms_median"] <= tl["host_ms_p90"]
+    tl = r["paths"]["timeline"]; assert tl["steps"] == tl["static_steps"] == 4 and 0 < tl["host_ms_median"] <= tl["host_ms_p90"]
     pr = r["paths"]["profile"]; assert (pr["profiled_steps"], pr["gpu_busy"], pr["kernels_per_step"]) == (2, None, None)   # no CUDA kernels on a CPU
+    assert (pr["static_profiled_steps"], pr["static_gpu_busy"]) == (2, None) and tl["static_host_ms_median"] > 0
     mf = r["paths"]["mfu"]; assert mf["entries"] == 1 and mf["minbert_mfu"] is None and mf["grid"][0]["minbert_train_tok_s"] > 0
     assert r["paths"]["torchrun"]["dist_backend"] == "gloo"
     res = r["paths"]["resume"]; assert res["resumed"] and res["steps"] == 4 and 0 < res["stopped_at"] < 4

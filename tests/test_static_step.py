@@ -22,12 +22,16 @@ def _args(out, *extra):
 
 def _weights(run): return load_checkpoint(run / "last.pt")["model"]
 
-def test_a_static_run_trains_the_eager_runs_weights(tmp_path):
+CONTRASTIVE = ["--contrastive_weight", "1", "--contrastive_batch", "8", "--contrastive_every", "2"]
+
+@pytest.mark.parametrize("extra", [[], CONTRASTIVE], ids=["tasks", "contrastive"])
+def test_a_static_run_trains_the_eager_runs_weights(tmp_path, extra):
     """Two epochs of 6 steps over 18 rows per task in batches of 4 (each pass ends with a batch of 2: padded to 4 rows and
-    left out of the loss), no dropout: the eager run's losses, weights and dev scores"""
+    left out of the loss), no dropout: the eager run's losses, weights and dev scores. With contrastive batches every
+    other step (MNRL, in-batch negatives), their padding pairs are no one's negatives"""
     from minbert_nb.commands import minbert_train
-    r0 = run_command(minbert_train, *_args(tmp_path / "eager", *NO_DROPOUT))
-    r1 = run_command(minbert_train, *_args(tmp_path / "static", *NO_DROPOUT, "--static_step", "true"))
+    r0 = run_command(minbert_train, *_args(tmp_path / "eager", *NO_DROPOUT, *extra))
+    r1 = run_command(minbert_train, *_args(tmp_path / "static", *NO_DROPOUT, *extra, "--static_step", "true"))
     assert r0.returncode == r1.returncode == 0, r1.stdout[-2000:] + r1.stderr[-2000:]
     assert "static step: lengths [16, 32, 48, 64] x 4 rows, the epoch's batches on the device; run eagerly on cpu" in r1.stdout
     a, b = _weights(tmp_path / "eager"), _weights(tmp_path / "static")
