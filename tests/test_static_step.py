@@ -125,3 +125,59 @@ def test_bound_batch_refuses_what_does_not_fit():
     with pytest.raises(ValueError, match="more than the static batch size 2"): bound_batch(b, 2, (8,))
     with pytest.raises(ValueError, match="longer than the longest static length 4"): bound_batch(b, 4, (4,))
     assert static_lengths(64) == (16, 32, 48, 64) and static_lengths(128) == (32, 64, 96, 128)
+
+class _FakeStream:
+    def wait_stream(self, other): pass
+
+class _FakeGraph:
+    """`torch.cuda.CUDAGraph` on a CPU, to run the GPU branch of `StaticStep._run_key` here: the capture block runs its step
+    (a real capture records it without running), so the replay right after a capture is skipped; a later replay runs the
+    recorded step again and writes its results into the outputs the capture returned, as a graph does"""
+    capturing = None
+    def __init__(self): self.fn, self.outs, self.fresh = None, None, True
+    def replay(self):
+        if self.fresh: self.fresh = False; return
+        losses, gnorm = self.fn()
+        for o, n in zip(self.outs[0], losses): o.copy_(n)
+        self.outs[1].copy_(gnorm)
+
+def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
+    """Two epochs through the GPU branch with stand-ins for CUDA's graph and streams: each key's first step eager, its second
+    recorded, then replayed; graphs recorded again each epoch; each step's loss read from its own replay. The weights are
+    those of the same steps run eagerly: what a GPU run would do, short of CUDA itself"""
+    import contextlib, minbert_nb.static_step as S
+    real = S.StaticStep._device_step
+    def recorded(self, key):
+        out = real(self, key)
+        g = _FakeGraph.capturing
+        if g is not None: g.fn, g.outs = (lambda: real(self, key)), out
+        return out
+    @contextlib.contextmanager
+    def graph(g):
+        _FakeGraph.capturing = g
+        try: yield
+        finally: _FakeGraph.capturing = None
+    m1, plain, cfg = _pair("none", StaticStep, rows=8, lengths=(8, 16), total_updates=12, sync_every=50)
+    steps = _steps(cfg)
+    for epoch in (1, 2):
+        plain.load_epoch(steps)
+        for i, bs in enumerate(steps): plain.step(bs, dict(epoch=epoch, step=i + 1, of=6))
+    monkeypatch.setattr(S.StaticStep, "_device_step", recorded)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph); monkeypatch.setattr(torch.cuda, "graph", graph)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _FakeStream()); monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    m2, graphed, _ = _pair("none", StaticStep, rows=8, lengths=(8, 16), total_updates=12, sync_every=50)
+    graphed.graphs_on = True
+    counts = []
+    for epoch in (1, 2):
+        graphed.load_epoch(steps)
+        for i, bs in enumerate(steps): graphed.step(bs, dict(epoch=epoch, step=i + 1, of=6))
+        counts.append((graphed.eager_steps, graphed.captures, graphed.graph_steps))
+    assert len(set(graphed.store.keys)) == 3 and len(graphed.store.keys) == 6    # three shapes, two steps each an epoch
+    # (eager, recorded, replayed) after each epoch: epoch 1 runs each shape once eagerly, then records and replays it;
+    # epoch 2 records each again at its first step (its stacks are new) and replays twice
+    assert counts == [(3, 3, 3), (3, 6, 9)], counts
+    plain.stats.sync(); graphed.stats.sync()
+    assert graphed.stats.losses == plain.stats.losses                  # each step's own loss, not the graph's last
+    p1 = dict(m1.named_parameters())
+    assert all(torch.equal(p, p1[n]) for n, p in m2.named_parameters())
