@@ -39,3 +39,29 @@ def test_pack_and_unpack(tool, tmp_path, small_data, capsys):
     f = out / "data.tar.xz"; f.write_bytes(f.read_bytes()[:-10])              # cut short
     (out / ".unpacked").unlink()
     with pytest.raises(SystemExit, match="does not match its SHA-256"): m.unpack(out)
+
+def test_a_backbone_in_parts_joins_to_its_weights(tool, tmp_path):
+    """`pack-backbone` cuts a checkpoint folder into parts small enough to travel one call each; `join-backbone` joins them
+    into the same folder (floats through fp16, the rest exact) and names a missing part or refuses a damaged one"""
+    m, pkg = tool
+    src, out = pkg / "model", tmp_path / "gpu-pack-mpnet"
+    m.pack_backbone(str(src), out, part_bytes=40_000)
+    parts = sorted(out.glob("part-*"))
+    assert len(parts) >= 3 and all((p / "payload").stat().st_size <= 40_000 for p in parts)
+    site = m.join_backbone(out)
+    from safetensors.torch import load_file
+    a, b = load_file(site / "model.safetensors"), load_file(src / "model.safetensors")
+    assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype for k in a)
+    for k in a:
+        if a[k].is_floating_point(): torch.testing.assert_close(a[k], b[k], rtol=1e-3, atol=1e-4)
+        else: assert torch.equal(a[k], b[k])
+    assert (site / "vocab.txt").read_bytes() == (src / "vocab.txt").read_bytes() and (site / "config.json").is_file()
+    from minbert_nb.pretrained import load_bert
+    load_bert(str(site))                                                   # a checkpoint folder minBERT loads
+    assert m.join_backbone(out) == site                                    # joined once
+    with pytest.raises(SystemExit, match="already holds parts"): m.pack_backbone(str(src), out, part_bytes=40_000)
+    (out / ".joined").unlink()
+    last = parts[-1] / "payload"; last.write_bytes(last.read_bytes()[:-5])   # cut short
+    with pytest.raises(SystemExit, match=f"{parts[-1].name}/payload does not match its SHA-256"): m.join_backbone(out)
+    import shutil; shutil.rmtree(parts[1])
+    with pytest.raises(SystemExit, match=f"part\\(s\\) {parts[1].name} of {len(parts)} missing"): m.join_backbone(out)
