@@ -181,3 +181,27 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
     assert graphed.stats.losses == plain.stats.losses                  # each step's own loss, not the graph's last
     p1 = dict(m1.named_parameters())
     assert all(torch.equal(p, p1[n]) for n, p in m2.named_parameters())
+
+def test_an_mpnet_static_step_equals_the_eager_step():
+    "MPNet (relative position bias, positions from the padding token): nothing read on the host, the eager step's weights"
+    from minbert_nb.bert import MPNetModel, tiny_mpnet_config
+    from minbert_nb.multitask import ModelConfig
+    def pair(cls=TrainStep, **kw):
+        set_seed(0)
+        m = MultitaskBert(ModelConfig(tasks=("sst", "para", "sts"), pooling="mean", sts_head="cosine", head_dropout=0.0),
+                          bert=MPNetModel(tiny_mpnet_config(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))).train()
+        opt = AdamW(param_groups(m, dict(backbone=1e-3, head=3e-3, adapter=3e-3), weight_decay=0.01))
+        return m, cls(m, m, opt, make_scheduler(opt, "linear", 6, 2), grad_clip=1.0, **kw)
+    cfg = ModelConfig(tasks=("sst", "para", "sts"))
+    steps = [[(t, fake_batch(t, B=b, T=L, vocab=100, pair_mode=cfg.mode_of(t), seed=i))]
+             for i, (t, b, L) in enumerate(zip(["sst", "para", "sts", "sst"], [8, 3, 8, 5], [6, 9, 5, 7]))]
+    m1, eager = pair()
+    for i, bs in enumerate(steps): eager.step(bs, dict(epoch=1, step=i + 1, of=4))
+    m2, static = pair(StaticStep, rows=8, lengths=(8, 16), total_updates=4, sync_every=50)
+    static.load_epoch(steps)
+    with HostSyncs() as hs:
+        for i, bs in enumerate(steps): static.step(bs, dict(epoch=1, step=i + 1, of=4))
+    assert hs.found == [], hs.found
+    p1 = dict(m1.named_parameters())
+    worst = max((p - p1[n]).abs().max().item() for n, p in m2.named_parameters())
+    assert worst < 1e-5, worst
