@@ -8,6 +8,8 @@ Docs: https://minbert-nb.github.io/minbert_nb/analysis.html.md"""
 from __future__ import annotations
 import json, sys, textwrap, warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
+if TYPE_CHECKING: import matplotlib.pyplot as plt   # the figures' type in signatures; matplotlib is imported where a figure is drawn
 import numpy as np
 import pandas as pd
 import torch

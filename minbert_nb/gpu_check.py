@@ -6,33 +6,34 @@ Docs: https://minbert-nb.github.io/minbert_nb/gpu_check.html.md"""
 
 # %% ../nbs/24a_gpu_check.ipynb #5d178066
 from __future__ import annotations
-import dataclasses, functools, json, os, shutil, statistics, subprocess, sys, tempfile, time, traceback
+import dataclasses, functools, json, multiprocessing, os, shutil, statistics, subprocess, sys, tempfile, time, traceback
 from pathlib import Path
 import pandas as pd
 import torch
 import torch.nn.functional as F
-from .core import default_device, tiny_config, cli
+from .core import default_device, tiny_config, cli, code_version
 from .attention import extended_attention_mask, varlen_attention, varlen_kernel_ok
 from .fused import ByteCounter, dropout_add_layer_norm, bias_gelu, compiled_epilogues
 from .bert import host_packing, BertModel, BertConfig
 from .attention import configure_sdpa
-from .pretrained import tiny_backbone
+from .pretrained import tiny_backbone, load_bert
 from .optimizer import AdamW
 from .data import SCORE_KEYS
-from .checkpoint import TrainingInterrupted, write_json
+from .checkpoint import TrainingInterrupted, write_json, load_checkpoint
 from .config import preset_config
 from .train import train
 from .commands import minbert_eval, minbert_predict
 from .predictor import Predictor
-from .bench import time_interleaved, bench_models, bench_mfu, _device_name
+from .bench import time_interleaved, bench_models, bench_mfu, gpu_peak_bf16_flops, _device_name
 
 # %% auto #0
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'BUDGET_DEADLINE', 'SUMMARY_KEYS',
            'busy_fraction', 'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling',
-           'launch_cost', 'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing', 'varlen_timing',
-           'check_fastpath', 'check_static', 'check_timeline', 'check_profile', 'check_mfu', 'check_eval',
-           'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile', 'check_torchrun',
-           'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines', 'minbert_gpu_check']
+           'launch_cost', 'in_fresh_process', 'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing',
+           'varlen_timing', 'check_fastpath', 'check_static', 'graphs_vs_eager', 'check_timeline', 'check_profile',
+           'check_mfu', 'check_eval', 'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile',
+           'check_torchrun', 'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines',
+           'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -149,6 +150,30 @@ CHECK_BUDGETS = {   # full: what a GPU check runs (about 7 minutes on one H100);
                  fastpath=dict(shape=(2, 16, 32), heads=4, reps=2)),
 }
 
+# %% ../nbs/24a_gpu_check.ipynb #8b8e97b8
+def _in_child(conn, fn, args, kw):
+    try: conn.send(("ok", fn(*args, **kw)))
+    except BaseException as e: conn.send(("error", f"{type(e).__name__}: {e}\n" + traceback.format_exc()[-1500:]))
+    finally: conn.close()
+
+def in_fresh_process(fn, *args, timeout:float|None=None, **kw):
+    """`fn(*args, **kw)` in a new process (spawned: its own CUDA context and generator); its result, or a RuntimeError
+    with its error; a process that dies, or runs past `timeout` seconds (then killed), raises too"""
+    from minbert_nb import gpu_check                 # the child finds `_in_child` by its module (also when this runs in the notebook)
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=gpu_check._in_child, args=(send, fn, args, kw), daemon=True)
+    p.start(); send.close()
+    try:
+        if not recv.poll(timeout): raise TimeoutError(f"{getattr(fn, '__name__', fn)} ran past {timeout:.0f} s in its own process; stopped")
+        kind, value = recv.recv()
+    except EOFError: kind, value = "error", f"its process ended without an answer (exit code {p.join(10) or p.exitcode})"
+    finally:
+        if p.is_alive(): p.join(10)
+        if p.is_alive(): p.kill(); p.join()
+    if kind == "error": raise RuntimeError(f"in its own process: {value}")
+    return value
+
 # %% ../nbs/24a_gpu_check.ipynb #c86b08f4
 @dataclasses.dataclass
 class CheckRun:
@@ -158,9 +183,11 @@ class CheckRun:
     out: Path
     data_dir: str|None = None
     deadline: float|None = None      # `time.perf_counter()` after which no section starts (None: no deadline)
+    fresh: bool|None = None          # run the static step's sections in a process of their own (default: on CUDA)
 
     def __post_init__(self):
         self.cuda, self.b = self.device.type == "cuda", CHECK_BUDGETS[self.budget]
+        if self.fresh is None: self.fresh = self.cuda
         backbone = str(tiny_backbone(self.out/"tiny-backbone")) if self.b["tiny_backbone"] else None   # tiny: a model 300x smaller
         self.base = dict(device=str(self.device), data_dir=self.data_dir, backbone=backbone, **(dict(amp="bf16") if self.cuda else {}))
         self.short = dict(self.base, **self.b["short"], epochs=1, predict_test=False, save_checkpoint=False, checkpoint_every=0)
@@ -173,6 +200,16 @@ class CheckRun:
     def past_deadline(self) -> bool:
         "Whether the call's deadline has passed: what has not started by then is skipped"
         return self.deadline is not None and time.perf_counter() >= self.deadline
+
+    def left_s(self) -> float|None:
+        "Seconds until the deadline (None: no deadline)"
+        return None if self.deadline is None else self.deadline - time.perf_counter()
+
+    def isolated(self, fn, *args, **kw):
+        "`fn(self, *args, **kw)`, in a fresh process when `fresh` (`in_fresh_process`; given the time left plus 3 minutes)"
+        if not self.fresh: return fn(self, *args, **kw)
+        left = self.left_s()
+        return in_fresh_process(fn, self, *args, timeout=None if left is None else max(left, 0) + 180, **kw)
 
     def quick_run(self) -> Path:
         "The quick check's run folder; a check that needs its best.pt fails with a message when it is not there"
@@ -262,18 +299,48 @@ def varlen_timing(device, B:int, T:int, C:int, heads:int, dtype:str="bf16", reps
 def check_fastpath(c:CheckRun) -> dict:
     "The fast path: the fused epilogues' kernels against eager (`epilogue_timing`), attention packed against padded (`varlen_timing`), then `quick` with the fused epilogues, its score beside the quick section's"
     B, T, C = c.b["fastpath"]["shape"]
-    r = epilogue_timing(c.device, B, T, C, "bf16" if c.cuda else "fp32", c.b["compile_backend"], c.b["fastpath"]["reps"])
-    r.update(varlen_timing(c.device, B, T, C, c.b["fastpath"]["heads"], "bf16" if c.cuda else "fp32", c.b["fastpath"]["reps"]))
-    m, steps = _trained(c.config("fastpath", short=False, **c.b["quick"], fused_epilogues=True, compile_backend=c.b["compile_backend"],
-                                 save_checkpoint=False, checkpoint_every=0))
-    r.update({f"quick_{k}": v for k, v in _fig(m, steps).items() if k in ("train_s", "steps_per_s", "overall")}, fused_blocks=m["fused_epilogues"]["fused"])
-    q = c.out/"quick"/"metrics.json"                                      # the quick section's run, when it ran in this call
-    if q.is_file(): r["quick_overall_diff"] = m["overall"] - json.loads(q.read_text())["overall"]
-    return r
+    dt, r, errors = ("bf16" if c.cuda else "fp32"), {}, {}
+    def part(name, fn):                                                   # one part's failure keeps the others
+        try: r.update(fn())
+        except Exception as e: errors[name] = f"{type(e).__name__}: {e}"[:300]
+    part("epilogues", lambda: epilogue_timing(c.device, B, T, C, dt, c.b["compile_backend"], c.b["fastpath"]["reps"]))
+    part("varlen", lambda: varlen_timing(c.device, B, T, C, c.b["fastpath"]["heads"], dt, c.b["fastpath"]["reps"]))
+    def fused_quick():
+        m, steps = _trained(c.config("fastpath", short=False, **c.b["quick"], fused_epilogues=True, compile_backend=c.b["compile_backend"],
+                                     save_checkpoint=False, checkpoint_every=0))
+        f = {f"quick_{k}": v for k, v in _fig(m, steps).items() if k in ("train_s", "steps_per_s", "overall")}
+        q = c.out/"quick"/"metrics.json"                                  # the quick section's run, when it ran in this call
+        if q.is_file(): f["quick_overall_diff"] = m["overall"] - json.loads(q.read_text())["overall"]
+        return dict(f, fused_blocks=m["fused_epilogues"]["fused"])
+    if not c.past_deadline(): part("fused quick", fused_quick)
+    else: r["fused_quick"] = "skipped: past the deadline"
+    if errors and not r: raise RuntimeError("; ".join(f"{k}: {v}" for k, v in errors.items()))
+    return dict(r, **({"errors": errors} if errors else {}))
 
 # %% ../nbs/24a_gpu_check.ipynb #6cfc0aea
 def check_static(c:CheckRun) -> dict:
-    "`quick` with the static step (one CUDA graph per shape on a GPU): its time and score beside the quick section's, graphs and steps"
+    """`quick` with the static step (one CUDA graph per shape on a GPU): its time and score beside the quick section's, graphs
+    and steps; then `graphs_vs_eager`. In a process of its own on CUDA (`CheckRun.isolated`)"""
+    return c.isolated(_check_static)
+
+def graphs_vs_eager(c:CheckRun) -> dict:
+    """Two short runs of the static step without dropout on the same batches, with its CUDA graphs and without: the largest
+    difference of their encoder weights (`graphs_max_diff`) against the largest change training made to them
+    (`trained_max_change`). A replay that trains nothing, or trains something else, fails here"""
+    kw = dict(static_step=True, hidden_dropout=0.0, attention_dropout=0.0, head_dropout=0.0, save_checkpoint=True)
+    for name, graphs in (("static-graphs", True), ("static-eager", False)): train(c.config(name, cuda_graphs=graphs, **kw), progress=False)
+    a, b = (load_checkpoint(c.out/n/"best.pt")["model"] for n in ("static-graphs", "static-eager"))
+    w0 = load_bert(c.base["backbone"]).state_dict()                          # the encoder before training
+    enc = [k for k in b if k.startswith("bert.") and k[5:] in w0 and b[k].is_floating_point()]
+    diff = max((a[k].float() - b[k].float()).abs().max().item() for k in enc)
+    moved = max((b[k].float().cpu() - w0[k[5:]].float()).abs().max().item() for k in enc)
+    r = dict(graphs_max_diff=diff, trained_max_change=moved, graphs_diff_ratio=diff / moved if moved else None)
+    if not moved or diff > 0.25 * moved:
+        raise RuntimeError(f"the static step's graphs do not train what its eager steps train: weights {diff:.3g} apart after "
+                           f"{c.b['short']['steps_per_epoch']} steps, where training moved them by {moved:.3g}")
+    return r
+
+def _check_static(c:CheckRun) -> dict:
     m, steps = _trained(c.config("static", short=False, **c.b["quick"], static_step=True, save_checkpoint=False, checkpoint_every=0))
     s = m["static_step"]
     if not s["on"]: raise RuntimeError(f"the static step fell back to the eager one: {s['fallback']}")
@@ -282,7 +349,7 @@ def check_static(c:CheckRun) -> dict:
     if (q/"metrics.json").is_file():
         r["quick_overall_diff"] = m["overall"] - json.loads((q/"metrics.json").read_text())["overall"]
         r["speedup_vs_quick"] = float(pd.read_csv(q/"history.csv").train_time_s.sum()) / max(r["train_s"], 1e-9)
-    return r
+    return dict(r, **graphs_vs_eager(c))
 
 # %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
 def _timeline(c:CheckRun, name:str, **kw) -> dict:
@@ -298,7 +365,7 @@ def check_timeline(c:CheckRun) -> dict:
     """`steps` training steps after `warm`, timed on the host only (no profiler, no checkpoint): ms per step, median and p90,
     steps/s; then the same with the static step (`static_...`; its warm-up steps record the graphs)"""
     r = _timeline(c, "timeline")
-    r.update({f"static_{k}": v for k, v in _timeline(c, "timeline-static", static_step=True).items()})
+    r.update({f"static_{k}": v for k, v in c.isolated(_timeline, "timeline-static", static_step=True).items()})
     return r
 
 def check_profile(c:CheckRun) -> dict:
@@ -306,7 +373,7 @@ def check_profile(c:CheckRun) -> dict:
     utilisation beside them; then the same window of the static step (`static_...`). On CUDA, a window without kernel
     events is a failure that says so"""
     r = _profile(c, "profile")
-    r.update({f"static_{k}": v for k, v in _profile(c, "profile-static", static_step=True).items()})
+    r.update({f"static_{k}": v for k, v in c.isolated(_profile, "profile-static", static_step=True).items()})
     return r
 
 def _profile(c:CheckRun, name:str, **kw) -> dict:
@@ -335,17 +402,20 @@ def check_mfu(c:CheckRun) -> dict:
     the full budget), eager then compiled (not on the tiny budget: 24_bench checks compiling); entries that would start past the deadline are listed as skipped"""
     b, dt = c.b["mfu"], ("bf16" if c.cuda else "fp32")
     rows = []
-    for bs, T in b["grid"]:
-        for comp in ((False, c.b["compile_backend"]) if b["compiled"] else (False,)):
+    for comp in ((False, c.b["compile_backend"]) if b["compiled"] else (False,)):   # every eager entry before any compiled one
+        for bs, T in b["grid"]:
             row = dict(batch_size=bs, seq_len=T, compiled=comp or "eager")
             if c.past_deadline(): rows.append(dict(row, skipped="deadline")); continue
             t0 = time.perf_counter()
-            r = bench_mfu(b.get("config"), bs, T, c.device, dt, b["warmup"], b["reps"], memory=False, compile=comp)
+            try: r = bench_mfu(b.get("config"), bs, T, c.device, dt, b["warmup"], b["reps"], memory=False, compile=comp)
+            except Exception as e:                                       # one entry's failure keeps the others
+                rows.append(dict(row, seconds=round(time.perf_counter() - t0, 1), error=f"{type(e).__name__}: {e}"[:300])); continue
             rows.append(dict(row, seconds=round(time.perf_counter() - t0, 1), shape=r["arch"],
                              **{k: r[k] for k in ("minbert_train_tok_s", "hf_train_tok_s", "train_ratio", "minbert_mfu", "hf_mfu")}))
-    done = [r for r in rows if "skipped" not in r]
+    done = [r for r in rows if "skipped" not in r and "error" not in r]
+    if rows and not done and any("error" in r for r in rows): raise RuntimeError(f"every MFU entry failed; the first: {next(r['error'] for r in rows if 'error' in r)}")
     best = lambda k: max((r[k] for r in done if r[k] is not None), default=None)
-    return dict(minbert_mfu=best("minbert_mfu"), hf_mfu=best("hf_mfu"), entries=len(done), grid=rows)
+    return dict(minbert_mfu=best("minbert_mfu"), hf_mfu=best("hf_mfu"), entries=len(done), failed_entries=sum("error" in r for r in rows), grid=rows)
 
 # %% ../nbs/24a_gpu_check.ipynb #651e2048
 def check_eval(c:CheckRun) -> dict:
@@ -395,7 +465,8 @@ def check_torchrun(c:CheckRun) -> dict:
     args = ["--preset", "quick", "--out", str(c.out/"torchrun")] + [a for k, v in c.short.items() if v is not None
                                                                     for a in (f"--{k}", str(v).lower() if isinstance(v, bool) else str(v))]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1", "-m", "minbert_nb.commands", *args]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+    left = c.left_s()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900 if left is None else max(60.0, left + 60))
     if p.returncode: raise RuntimeError(f"torchrun exited with {p.returncode}: {(p.stdout + p.stderr)[-1500:]}")
     m = json.loads((c.out/"torchrun"/"metrics.json").read_text())
     want = "nccl" if c.cuda else "gloo"
@@ -420,12 +491,13 @@ def check_ceilings(c:CheckRun) -> dict:
 
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
-CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "fastpath": check_fastpath, "timeline": check_timeline, "profile": check_profile,
-          "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "resume": check_resume,
+CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "timeline": check_timeline, "profile": check_profile,
+          "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "compile": check_compile, "mfu": check_mfu,
+          "fastpath": check_fastpath, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
           "smart": functools.partial(check_preset, name="smart", preset="opt-smart1"),
           "pcgrad": functools.partial(check_preset, name="pcgrad", preset="opt-pcgrad"),
-          "compile": check_compile, "torchrun": check_torchrun,
+          "torchrun": check_torchrun,
           "adamw": lambda c: check_adamw(c.device, **c.b["adamw"]), "bench": check_bench}
 CHECK_PATHS = tuple(CHECKS)
 
@@ -454,11 +526,14 @@ def _summary(r:dict) -> dict:
 
 BUDGET_DEADLINE = "budget"   # `run_gpu_check(deadline_s=BUDGET_DEADLINE)`: the budget's own deadline (None already means none)
 
-def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None, deadline_s:float|str|None=BUDGET_DEADLINE, json_path=None) -> dict:
+def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, paths=None, deadline_s:float|str|None=BUDGET_DEADLINE, json_path=None,
+                  copy=None, started:float|None=None, meta:dict|None=None) -> dict:
     """Run the sections of the GPU check (on `device`; `budget` 'full' on CUDA, 'tiny' elsewhere) in the report's order and
     report each: `{'paths': {name: {'ok', 'seconds', figures..., 'error'}}, 'failed': [...], ...}`. A section that would start
-    more than `deadline_s` seconds after the call began (default: the budget's; None: no deadline) is skipped (`ok` None).
-    With `json_path`, the report is written after every section. Runs go to `out` (default: a temporary folder)"""
+    more than `deadline_s` seconds after the call began (default: the budget's; None: no deadline) is skipped (`ok` None);
+    the call began at `started` (a `time.time()`, e.g. before unpacking and imports) or now. With `json_path` (and `copy`,
+    a second place, e.g. the folder a remote machine sends back), the report is written after every section. `meta` goes
+    into the report as it is (what was packed, from which commit). Runs go to `out` (default: a temporary folder)"""
     device = default_device(device); budget = budget or ("full" if device.type == "cuda" else "tiny")
     if budget not in CHECK_BUDGETS: raise ValueError(f"run_gpu_check: budget {budget!r}; expected one of {', '.join(CHECK_BUDGETS)}.")
     paths = tuple(CHECK_PATHS if paths is None else paths)
@@ -466,16 +541,18 @@ def run_gpu_check(device=None, budget:str|None=None, out=None, data_dir=None, pa
     deadline_s = CHECK_BUDGETS[budget]["deadline_s"] if deadline_s == BUDGET_DEADLINE else deadline_s
     tmp = None if out else tempfile.mkdtemp(prefix="minbert-gpu-check-")
     out = Path(out or tmp); out.mkdir(parents=True, exist_ok=True)
-    t_all = time.perf_counter()
+    t_all = time.perf_counter() - (max(0.0, time.time() - started) if started else 0.0)
     c = CheckRun(device, budget, out, str(data_dir) if data_dir else None, None if deadline_s is None else t_all + deadline_s)
     r = dict(device=str(device), device_name=_device_name(device), budget=budget, torch=torch.__version__, cuda=torch.version.cuda,
              cudnn=torch.backends.cudnn.version() if c.cuda else None, started=time.strftime("%Y-%m-%d %H:%M:%S"),
-             sdpa=configure_sdpa(device), deadline_s=deadline_s, paths={}, out=str(out))
+             sdpa=configure_sdpa(device), deadline_s=deadline_s, python=sys.version.split()[0], code=code_version(),
+             **({"meta": meta} if meta else {}), paths={}, out=str(out))
     def report():
         r["seconds"] = round(time.perf_counter() - t_all, 1)
         r["failed"] = [k for k, v in r["paths"].items() if v["ok"] is False]
         r["summary"] = _summary(r)
-        if json_path: write_json(r, json_path)
+        for p in (json_path, copy):
+            if p: write_json(r, p)
     for name, fn in CHECKS.items():
         if name not in paths: continue
         if c.past_deadline():
@@ -521,11 +598,16 @@ def minbert_gpu_check(
     data_dir:str=None,        # data folder (default: MINBERT_DATA, ../shared/data, or data/)
     threads:int=None,         # CPU threads for PyTorch (default: PyTorch's choice)
     deadline:float=None,      # seconds: a section that would start later is skipped (default: 420 on the full budget, none on tiny)
+    copy:str=None,            # a second place for the report, written after every section too (e.g. $OUT/gpu-check.json)
+    started:float=None,       # when the call began (seconds since the epoch): the deadline counts from there (default: now)
+    meta:str=None,            # a JSON file whose content the report keeps under `meta` (e.g. the pack's manifest: its commit)
 ):
     "Run the GPU check's sections (ceilings, quick, timeline, profile, MFU, then every CUDA path) and write one JSON report as they end"
     if threads: torch.set_num_threads(threads)
+    try: m = __import__("json").loads(Path(meta).read_text()) if meta else None
+    except (OSError, ValueError) as e: raise SystemExit(f"minbert_gpu_check: --meta {meta}: {e}; expected a JSON file.") from None
     try: r = run_gpu_check(device, budget, out, data_dir, [p.strip() for p in paths.split(",") if p.strip()] if paths else None,
-                           BUDGET_DEADLINE if deadline is None else deadline, json)
+                           BUDGET_DEADLINE if deadline is None else deadline, json, copy, started, m)
     except ValueError as e: raise SystemExit(f"minbert_gpu_check: {e}") from None
     print("\n".join(summary_lines(r)) + f"\nthe report: {json}", flush=True)
     if r["failed"]: raise SystemExit(f"gpu-check: {len(r['failed'])} path(s) failed: {', '.join(r['failed'])}; each error is in {json}.")

@@ -32,15 +32,15 @@ def bound_batch(batch:dict, rows:int, lengths:tuple, pad_id:int=0, task:str|None
     that length); the added rows repeat row 0 and have `row_weight` 0. `static_key` names the shape: (task, rows, length)"""
     n, encs = len(batch["ids"]), _encodings(batch)
     if n > rows: raise ValueError(f"bound_batch: the batch has {n} rows, more than the static batch size {rows}.")
-    T0 = max(batch[k]["input_ids"].shape[1] for k in encs)
+    T0 = max(int(batch[k]["attention_mask"].sum(1).max()) for k in encs)   # real tokens: a GPU collates to a multiple of 16
     T = next((L for L in lengths if L >= T0), None)
     if T is None: raise ValueError(f"bound_batch: a batch of length {T0} is longer than the longest static length {lengths[-1]}; "
                                    "the static lengths should end at the run's max_length.")
     fill = torch.zeros(rows - n, dtype=torch.long)                          # the added rows repeat row 0
     grow = lambda t: torch.cat([t, t.index_select(0, fill)]) if rows > n else t
     out = {k: v for k, v in batch.items() if not isinstance(v, (torch.Tensor, dict))}
-    for k in encs: out[k] = {name: F.pad(grow(t), (0, T - t.shape[1]), value=pad_id if name == "input_ids" else 0)
-                             for name, t in batch[k].items()}
+    fit = lambda t, v: t[:, :T] if t.shape[1] > T else F.pad(t, (0, T - t.shape[1]), value=v)   # padding is on the right
+    for k in encs: out[k] = {name: fit(grow(t), pad_id if name == "input_ids" else 0) for name, t in batch[k].items()}
     out.update({k: grow(v) for k, v in batch.items() if isinstance(v, torch.Tensor)})
     out["row_weight"] = torch.cat([torch.ones(n), torch.zeros(rows - n)])
     out["static_key"] = (task or batch["task"], rows, T)
@@ -93,6 +93,9 @@ class HostSyncs(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
         if name in SYNC_OPS: self.found.append((str(func), SYNC_OPS[name], _caller()))
+        elif name in ("index", "index_put", "index_put_", "_index_put_impl_") and any(   # x[mask]: its nonzero runs below the mode
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in (args[1] if len(args) > 1 else ()) or ()):
+            self.found.append((str(func), "boolean-mask indexing (its size depends on the data)", _caller()))
         return func(*args, **(kwargs or {}))
 
 # %% ../nbs/08j_static_step.ipynb #26fa8085
@@ -134,7 +137,7 @@ class EpochStore:
         return out
 
 # %% ../nbs/08j_static_step.ipynb #94f5f708
-def static_fallback(step:TrainStep, probe:bool=False) -> str|None:
+def static_fallback(step:TrainStep, probe:bool=False, compile_mode:str|None=None) -> str|None:
     "Why `step` cannot run as a static step (the run then trains eagerly and says so), or None when it can"
     why = []
     if step.terms: why.append(" and ".join(t.name for t in step.terms) + " (extra forwards or rows chosen by the data)")
@@ -142,6 +145,8 @@ def static_fallback(step:TrainStep, probe:bool=False) -> str|None:
     if step.grad_accum > 1: why.append("gradient accumulation")
     if step.world > 1: why.append("several processes (DDP)")
     if probe: why.append("the gradient-conflict probe")
+    if compile_mode in ("reduce-overhead", "max-autotune"):
+        why.append(f"--compile_mode {compile_mode} (inductor records CUDA graphs of its own, which cannot be recorded inside the step's)")
     groups = step.opt.param_groups if step.opt is not None else []
     bad = [g.get("name", str(i)) for i, g in enumerate(groups) if not step.opt._use_fused(g, [p for p in g["params"] if p.requires_grad])]
     if bad: why.append(f"AdamW's fused kernel does not apply to group(s) {', '.join(bad)} (correct_bias off, or mixed devices or dtypes)")
@@ -164,6 +169,7 @@ class StaticStep(TrainStep):
         self.t = torch.full((1,), s.last_epoch, dtype=torch.long, device=self.device)  # updates done: the table's column
         self._steps = {}                                     # id(p) -> (p, its AdamW step count on the device)
         self.graphs, self.warm, self.store, self.cursor = {}, set(), None, 0
+        self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None   # one memory pool for every graph (below)
         self.eager_steps = self.graph_steps = self.captures = 0
         self.opt._opt_called = True                          # the updates are ours: the schedule need not warn that opt.step() never ran
 
@@ -197,9 +203,11 @@ def _device_step(self:StaticStep, key) -> tuple:
                 out = self.fwd(b)
             loss = weighted_loss(task, out, b.get("labels"), b["row_weight"], self.contrastive_weight, self.mnrl_scale)
             if task != "contrastive": loss = loss * self.task_weights.get(task, 1.0)
-            loss.backward()
+            if loss.requires_grad: loss.backward()           # a frozen model's cosine head trains nothing: as TrainStep
             losses.append(loss.detach())
-    gnorm = nn.utils.clip_grad_norm_([p for p in self.params if p.grad is not None], self.grad_clip or float("inf"))
+    grads = [p for p in self.params if p.grad is not None]
+    gnorm = (nn.utils.clip_grad_norm_(grads, self.grad_clip or float("inf")) if grads
+             else torch.zeros((), device=self.device))               # clip_grad_norm_ answers a CPU zero for no gradients
     self._adamw()
     return losses, gnorm
 
@@ -231,17 +239,18 @@ def _run_key(self:StaticStep, key) -> tuple:
     if not self.graphs_on: self.eager_steps += 1; return self._fresh(key)
     if key in self.graphs:
         g, outs = self.graphs[key]; g.replay(); self.graph_steps += 1; return outs
-    cur = torch.cuda.current_stream(self.device)
-    if key not in self.warm:
-        side = torch.cuda.Stream(self.device); side.wait_stream(cur)
-        with torch.cuda.stream(side): outs = self._fresh(key)
-        cur.wait_stream(side); self.warm.add(key); self.eager_steps += 1
-        return outs
-    for p in self.params: p.grad = None
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g): outs = self._device_step(key)   # recorded, not run
-    self.graphs[key] = (g, outs); self.captures += 1
-    g.replay(); self.graph_steps += 1
+    with torch.cuda.device(self.device):                     # a capture records the current device's streams: this step's
+        cur = torch.cuda.current_stream(self.device)
+        if key not in self.warm:
+            side = torch.cuda.Stream(self.device); side.wait_stream(cur)
+            with torch.cuda.stream(side): outs = self._fresh(key)
+            cur.wait_stream(side); self.warm.add(key); self.eager_steps += 1
+            return outs
+        for p in self.params: p.grad = None
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.pool): outs = self._device_step(key)   # recorded, not run
+        self.graphs[key] = (g, outs); self.captures += 1
+        g.replay(); self.graph_steps += 1
     return outs
 
 def _load_epoch(self:StaticStep, steps:list, start:int=0):

@@ -239,6 +239,7 @@ def forward_backward(self:TrainStep, batches:list, where:dict|None=None, update:
 def update(self:TrainStep):
     "Clip, check the gradient norm, step the optimizer and the schedule, clear the gradients, tell the terms"
     gnorm = nn.utils.clip_grad_norm_(self.params, self.grad_clip or float("inf"))
+    if gnorm.device != self.device: gnorm = gnorm.to(self.device)   # no gradient at all: clip_grad_norm_ answers a CPU zero
     self.stats.add_grad_norm(gnorm)
     self.opt.step()
     if self.lr_sched is not None: self.lr_sched.step()

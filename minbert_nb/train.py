@@ -398,7 +398,7 @@ def _step(self:Run):
     self.step = step = TrainStep(self.fwd, model, self.opt, self.lr_sched, **kw)
     self.static = None                    # --static_step: what it runs with, or why it could not (then the step above trains)
     if cfg.static_step:
-        why = static_fallback(step, probe=cfg.grad_conflicts)
+        why = static_fallback(step, probe=cfg.grad_conflicts, compile_mode=cfg.compile_mode if cfg.compile else None)
         if why is None:
             graphs = cfg.cuda_graphs and device.type == "cuda"
             self.step = step = StaticStep(self.fwd, model, self.opt, self.lr_sched, rows=cfg.batch_size, lengths=static_lengths(cfg.max_length),

@@ -152,8 +152,10 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
         g = _FakeGraph.capturing
         if g is not None: g.fn, g.outs = (lambda: real(self, key)), out
         return out
+    pools = []
     @contextlib.contextmanager
-    def graph(g):
+    def graph(g, pool=None):
+        pools.append(pool)
         _FakeGraph.capturing = g
         try: yield
         finally: _FakeGraph.capturing = None
@@ -166,8 +168,9 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
     monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph); monkeypatch.setattr(torch.cuda, "graph", graph)
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _FakeStream()); monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _FakeStream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
     m2, graphed, _ = _pair("none", StaticStep, rows=8, lengths=(8, 16), total_updates=12, sync_every=50)
-    graphed.graphs_on = True
+    graphed.graphs_on, graphed.pool = True, "the-pool"
     counts = []
     for epoch in (1, 2):
         graphed.load_epoch(steps)
@@ -177,6 +180,7 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
     # (eager, recorded, replayed) after each epoch: epoch 1 runs each shape once eagerly, then records and replays it;
     # epoch 2 records each again at its first step (its stacks are new) and replays twice
     assert counts == [(3, 3, 3), (3, 6, 9)], counts
+    assert pools == ["the-pool"] * 6                                  # every recording in the step's one pool
     plain.stats.sync(); graphed.stats.sync()
     assert graphed.stats.losses == plain.stats.losses                  # each step's own loss, not the graph's last
     p1 = dict(m1.named_parameters())
@@ -205,3 +209,25 @@ def test_an_mpnet_static_step_equals_the_eager_step():
     p1 = dict(m1.named_parameters())
     worst = max((p - p1[n]).abs().max().item() for n, p in m2.named_parameters())
     assert worst < 1e-5, worst
+
+def test_a_step_with_nothing_to_train_runs_as_the_eager_one():
+    """A frozen encoder with the cosine head trains nothing on STS (pretrain mode, no PEFT): the static step skips the
+    backward as TrainStep does, and a step with no gradient at all has a zero norm on the step's device, not the CPU"""
+    for cls, kw in ((TrainStep, {}), (StaticStep, dict(rows=8, lengths=(8, 16), total_updates=6))):
+        m, st, cfg = _pair("none", cls, **kw)
+        for p in m.parameters(): p.requires_grad_(False)
+        before = {n: p.clone() for n, p in m.named_parameters()}
+        steps = [[("sts", fake_batch("sts", B=5, T=6, vocab=1000, pair_mode=cfg.mode_of("sts")))]]
+        if cls is StaticStep: st.load_epoch(steps)
+        norms, add = [], st.stats.add_grad_norm
+        st.stats.add_grad_norm = lambda g: (norms.append(g), add(g))
+        st.step(steps[0], dict(epoch=1, step=1, of=1)); st.stats.sync()
+        assert len(st.stats.losses) == 1 and [(g.item(), g.device) for g in norms] == [(0.0, st.device)], (cls.__name__, norms)
+        assert all(torch.equal(p, before[n]) for n, p in m.named_parameters())
+
+def test_inductors_own_graphs_make_the_step_eager():
+    "--compile_mode reduce-overhead records CUDA graphs inside the compiled code: the static step falls back and says so"
+    from minbert_nb.static_step import static_fallback
+    m, st, _ = _pair("none")
+    assert static_fallback(st) is None and static_fallback(st, compile_mode="default") is None
+    assert "reduce-overhead (inductor records CUDA graphs" in static_fallback(st, compile_mode="reduce-overhead")
