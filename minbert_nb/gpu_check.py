@@ -344,7 +344,8 @@ def _check_static(c:CheckRun) -> dict:
     m, steps = _trained(c.config("static", short=False, **c.b["quick"], static_step=True, save_checkpoint=False, checkpoint_every=0))
     s = m["static_step"]
     if not s["on"]: raise RuntimeError(f"the static step fell back to the eager one: {s['fallback']}")
-    r = dict(_fig(m, steps), cuda_graphs=s["cuda_graphs"], captures=s["captures"], graph_steps=s["graph_steps"], eager_steps=s["eager_steps"])
+    r = dict(_fig(m, steps), cuda_graphs=s["cuda_graphs"], captures=s["captures"], graph_steps=s["graph_steps"], eager_steps=s["eager_steps"],
+             syncs=s["syncs"])                                            # what made the host wait in its warm-ups (none expected)
     q = c.out/"quick"                                                     # the quick section's run, when it ran in this call
     if (q/"metrics.json").is_file():
         r["quick_overall_diff"] = m["overall"] - json.loads((q/"metrics.json").read_text())["overall"]

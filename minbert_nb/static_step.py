@@ -171,6 +171,7 @@ class StaticStep(TrainStep):
         self.graphs, self.warm, self.store, self.cursor = {}, set(), None, 0
         self.pool = torch.cuda.graph_pool_handle() if self.graphs_on else None   # one memory pool for every graph (below)
         self.eager_steps = self.graph_steps = self.captures = 0
+        self.syncs = []                                      # on CUDA: what made the host wait during the warm-ups (`_watch_syncs`)
         self.opt._opt_called = True                          # the updates are ours: the schedule need not warn that opt.step() never ran
 
     def _step_tensor(self, p, state) -> torch.Tensor:
@@ -234,6 +235,20 @@ def _fresh(self:StaticStep, key):
     for p in self.params: p.grad = None
     return self._device_step(key)
 
+@contextlib.contextmanager
+def _watch_syncs(found:list):
+    "On CUDA: every operation in the block that makes the host wait for the GPU, as `file:line: message` in `found` (torch's sync debug mode)"
+    import warnings
+    prev = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            yield
+    finally:
+        torch.cuda.set_sync_debug_mode(prev)
+        found += [f"{w.filename.rsplit('/', 1)[-1]}:{w.lineno}: {str(w.message)[:120]}" for w in ws if "synchroniz" in str(w.message)]
+
 def _run_key(self:StaticStep, key) -> tuple:
     "One step of `key`: eagerly on CPU; on a GPU eagerly the first time (a warm-up on a side stream), then as its CUDA graph"
     if not self.graphs_on: self.eager_steps += 1; return self._fresh(key)
@@ -243,7 +258,7 @@ def _run_key(self:StaticStep, key) -> tuple:
         cur = torch.cuda.current_stream(self.device)
         if key not in self.warm:
             side = torch.cuda.Stream(self.device); side.wait_stream(cur)
-            with torch.cuda.stream(side): outs = self._fresh(key)
+            with torch.cuda.stream(side), _watch_syncs(self.syncs): outs = self._fresh(key)   # HostSyncs' counterpart on the GPU
             cur.wait_stream(side); self.warm.add(key); self.eager_steps += 1
             return outs
         for p in self.params: p.grad = None

@@ -554,7 +554,8 @@ def _metrics(self:Run) -> dict:
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
-             static_step=(dict(self.static, eager_steps=step.eager_steps, graph_steps=step.graph_steps, captures=step.captures)
+             static_step=(dict(self.static, eager_steps=step.eager_steps, graph_steps=step.graph_steps, captures=step.captures,
+                               syncs=sorted(set(step.syncs))[:10])
                           if isinstance(step, StaticStep) else self.static),
              preset=cfg.preset, code=self.code,
              optimisation=dict(terms=[t.name for t in step.terms], transform=step.transform.name, sync_every=step.stats.sync_every))

@@ -40,7 +40,7 @@ def test_a_static_run_trains_the_eager_runs_weights(tmp_path, extra):
     m0, m1 = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("eager", "static"))
     assert abs(m0["overall"] - m1["overall"]) < 1e-4, (m0["overall"], m1["overall"])
     assert m1["static_step"] == dict(on=True, fallback=None, lengths=[16, 32, 48, 64], rows=4, cuda_graphs=False, eager_steps=12,
-                                     graph_steps=0, captures=0) and m0["static_step"] is None
+                                     graph_steps=0, captures=0, syncs=[]) and m0["static_step"] is None
     import pandas as pd
     h0, h1 = (pd.read_csv(tmp_path / d / "history.csv") for d in ("eager", "static"))
     assert (h0.train_loss - h1.train_loss).abs().max() < 1e-5, (h0.train_loss, h1.train_loss)
@@ -169,6 +169,8 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: _FakeStream()); monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: _FakeStream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    modes = []                                                         # the warm-ups run under the sync debug mode, then restore it
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0); monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
     m2, graphed, _ = _pair("none", StaticStep, rows=8, lengths=(8, 16), total_updates=12, sync_every=50)
     graphed.graphs_on, graphed.pool = True, "the-pool"
     counts = []
@@ -181,6 +183,7 @@ def test_the_cuda_graph_branch_keeps_the_eager_steps_weights(monkeypatch):
     # epoch 2 records each again at its first step (its stacks are new) and replays twice
     assert counts == [(3, 3, 3), (3, 6, 9)], counts
     assert pools == ["the-pool"] * 6                                  # every recording in the step's one pool
+    assert modes == ["warn", 0] * 3 and graphed.syncs == []
     plain.stats.sync(); graphed.stats.sync()
     assert graphed.stats.losses == plain.stats.losses                  # each step's own loss, not the graph's last
     p1 = dict(m1.named_parameters())
@@ -231,3 +234,14 @@ def test_inductors_own_graphs_make_the_step_eager():
     m, st, _ = _pair("none")
     assert static_fallback(st) is None and static_fallback(st, compile_mode="default") is None
     assert "reduce-overhead (inductor records CUDA graphs" in static_fallback(st, compile_mode="reduce-overhead")
+
+def test_the_sync_watch_keeps_what_made_the_host_wait(monkeypatch):
+    "On CUDA torch warns at a synchronising operation in the sync debug mode: the watch keeps those warnings (file:line) and restores the mode"
+    import warnings
+    from minbert_nb.static_step import _watch_syncs
+    modes = []
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 0); monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    found = []
+    with _watch_syncs(found):
+        warnings.warn("called a synchronizing CUDA operation"); warnings.warn("something else")
+    assert modes == ["warn", 0] and len(found) == 1 and found[0].startswith("test_static_step.py:") and "synchronizing" in found[0]
