@@ -333,10 +333,12 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
 def _chains_hint(calls:list) -> str:
     "`calls` (`plan_commands`) as chains of `tools/gpu_tables.py run`, for a GPU"
     arg = lambda c, k: c[c.index(k) + 1]
-    return ("the same calls as chains of tools/gpu_tables.py run (one each; put a call that copies another table's run after "
+    scale = arg(calls[0], "--scale")                       # run and chains default to the report's scale: name any other
+    sc = "" if scale == REPORT_SCALE else f" --scale {scale}"
+    return (f"the same calls as chains of tools/gpu_tables.py run{sc} (one each; put a call that copies another table's run after "
             "that call, in its chain):\n  " + " ".join(f"--chain {c[1]}:{arg(c, '--seeds')}:{arg(c, '--rows')}" for c in calls)
-            + "\nor balanced over parallel chains by their steps, rows that copy from another in its chain: python tools/gpu_tables.py chains "
-            f"--tables {','.join(dict.fromkeys(c[1] for c in calls))} --chains 6")
+            + f"\nor balanced over parallel chains by their steps, rows that copy from another in its chain: python tools/gpu_tables.py chains{sc}"
+            + (" --budget" if scale == BUDGET_SCALE else "") + f" --tables {','.join(dict.fromkeys(c[1] for c in calls))} --chains 6")
 
 def budget_claims(results="results/ablate", earlier:str|None=EARLIER_RESULTS) -> list:
     "The ids of the claims the report contradicts (`verdicts_frame` of `results`, and `earlier` where it has too few seeds): the budget question's"

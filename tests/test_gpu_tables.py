@@ -145,3 +145,31 @@ def test_prediction_parts_stay_under_the_limit(tmp_path):
         assert all(sum(n.startswith(r + "/") for n in names) == 2 for r in rs)
         assert all(sum(n.startswith(r + "/") for n in tarfile.open(p).getnames()) == 2 for r in rs)
     assert g.prediction_parts(out, res, []) == [] and not list(out.glob("gpu-predictions-*"))
+
+def test_landed_rows_hold_repository_relative_paths(tmp_path, monkeypatch):
+    "The remote's /tmp/gpu-results/... and its checkout's paths become the repository's, as every committed results file must hold"
+    g = _load("gpu_tables"); monkeypatch.setattr(g, "ROOT", tmp_path)
+    row = tmp_path / "results" / "ablate" / "000-T10-short" / "seed-0" / "rows" / "01-Round_Robin"; row.mkdir(parents=True)
+    (row / "config.json").write_text(json.dumps(dict(out="/tmp/gpu-results/ablate/000-T10-short/seed-0/rows/01-Round_Robin", lr=1e-5)))
+    (row / "metrics.json").write_text(json.dumps(dict(overall=0.5, data_dir="/work/main/gpu-pack/data", cache="/tmp/gpu-results/cache/d.npz")))
+    g.portable([row], tmp_path / "results" / "ablate")
+    c, m = json.loads((row / "config.json").read_text()), json.loads((row / "metrics.json").read_text())
+    assert c == dict(out="results/ablate/000-T10-short/seed-0/rows/01-Round_Robin", lr=1e-5)
+    assert m == dict(overall=0.5, data_dir="gpu-pack/data", cache="results/cache/d.npz")
+
+def test_an_archive_passes_over_files_that_vanish(tmp_path, monkeypatch):
+    "A file removed between the listing and its reading (an atomic write's temporary, a lock) is left out, not an error"
+    g = _load("gpu_tables")
+    t = tmp_path / "000-T10-short"; (t / "seed-0").mkdir(parents=True)
+    for n in ("a.json", ".b.json.tmp-1", "c.pt", "d.json"): (t / "seed-0" / n).write_text(n)
+    real = Path.read_bytes
+    def flaky(p):
+        if p.name == "a.json": raise FileNotFoundError(p)
+        return real(p)
+    monkeypatch.setattr(Path, "read_bytes", flaky)
+    out = tmp_path / "out"; out.mkdir()
+    g._tar(out / "runs.tar.gz", [t])
+    import tarfile
+    assert tarfile.open(out / "runs.tar.gz").getnames() == ["000-T10-short/seed-0/d.json"]   # no checkpoint, no hidden file
+    sent = [p.relative_to(out) for p in out.rglob("*") if p.is_file() and len(p.relative_to(out).parts) <= 3]   # what the runner sends back
+    assert sent == [Path("runs.tar.gz")], sent

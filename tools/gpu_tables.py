@@ -17,14 +17,20 @@ No row starts training after `--minutes` (`minbert_ablate --until`), but the cal
 nothing (a copy of a twin's finished run, an ensemble of finished members, a row done already) still goes through after
 `--minutes`. Processes still running at `--hard-minutes` are stopped (that row is lost, the others stay); every 45 s and at the end the run folders (no checkpoints; dev predictions only with
 `--predictions`: this call's new runs' only, as OUT/gpu-predictions-K.tar.gz parts under the tool's 16 MiB a file) and the logs go into OUT/gpu-runs.tar.gz, beside OUT/gpu-tables.json (each call's
-times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s).
+times, each row's status and wall time) and OUT/gpu-util.csv (GPU busy % and memory every 2 s). Each file is written three
+folders below OUT first (the runner sends back two) and moved into place whole, so a kill at any moment leaves the last
+complete archive; a failed archive is said and tried again. The calls run in process groups of this command's session:
+when the runner ends the command (its time limit), it ends them too, and an error here stops them on the way out. At most
+8 chains run at once (`--workers`): about 2.5 GiB of GPU memory and two cores each.
 
 A chain is `TABLE:SEED:ROWS` calls, space-separated; `--chain` again for another. `minbert_ablate --plan --device cuda` (run
 here) prints the calls a GPU would make as such chains: a claim whose seeds began on the CPU goes on there at spare seeds. Rows already finished in the staged
 folders are not run again (`minbert_ablate` resumes). `land` adds only rows this repository does not have, and refuses a
-seed folder whose runs here trained on another device: a claim's rows must not mix devices within a seed.
+seed folder whose runs here trained on another device: a claim's rows must not mix devices within a seed. The landed
+files are rewritten with repository-relative paths (`tools/portable_results.py`). `chains --budget` lists the budget
+question's rows (the contradicted claims at twice the budget, scale short2x) and prints the whole `run` command.
 """
-import argparse, json, os, shutil, signal, subprocess, sys, tarfile, tempfile, threading, time
+import argparse, io, json, os, shutil, signal, subprocess, sys, tarfile, tempfile, threading, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,39 +38,62 @@ sys.path.insert(0, str(ROOT/"tools"))
 LIMIT = 64 * 2**20                                   # what the remote runner sends: the working tree and the carried paths
 PART = 15 * 2**20                                    # what it brings back: files of at most 16 MiB, 8 files at most
 _safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+PARTIAL = Path(".partial")/"aside"                   # files being written, three folders below OUT: the runner sends back two
 
-def _skip(predictions:bool):
-    "A tar filter: no checkpoints, no hidden files, dev predictions only when `predictions`"
-    return lambda ti: None if ti.name.endswith(".pt") or "/." in ti.name or (("/predictions" in ti.name) != predictions
-                                                                             and not ti.isdir()) else ti
+def _skip(predictions:bool, figures:bool=True):
+    "A tar filter: no checkpoints, no hidden files, dev predictions only when `predictions`, figures unless not `figures`"
+    return lambda ti: None if (ti.name.endswith(".pt") or "/." in ti.name or (not figures and ti.name.endswith(".png"))
+                               or (("/predictions" in ti.name) != predictions and not ti.isdir())) else ti
 
-def _tar(dest:Path, folders, predictions:bool=False, extra=()):
-    "`folders` (each under its own name) and `extra` ((path, name) pairs) into dest.tar.gz, written aside, then moved in"
-    tmp = dest.with_name(dest.name + ".part")
-    with tarfile.open(tmp, "w:gz") as t:
-        for d in folders: t.add(d, arcname=d.name, filter=_skip(predictions))
+def _add_tree(t:tarfile.TarFile, root:Path, arcname:str, keep=lambda ti: ti):
+    """`root` into `t` under `arcname`, file by file, each read whole first: a file that goes away meanwhile (an atomic
+    write's temporary, a lock) is passed over, where `TarFile.add` would raise. Only files: folders come with them"""
+    for dp, dirs, files in os.walk(root):
+        dirs.sort()
+        for n in sorted(files):
+            p = os.path.join(dp, n)
+            ti = tarfile.TarInfo(os.path.normpath(os.path.join(arcname, os.path.relpath(p, root))))
+            if keep(ti) is None: continue
+            try: data, st = Path(p).read_bytes(), os.stat(p)
+            except OSError: continue
+            ti.size, ti.mtime, ti.mode = len(data), int(st.st_mtime), 0o644
+            t.addfile(ti, io.BytesIO(data))
+
+def _tar(dest:Path, folders, predictions:bool=False, extra=(), figures:bool=True):
+    """`folders` (each under its own name) and `extra` ((path, name) pairs) into dest.tar.gz, written aside (in a folder
+    the remote runner does not bring back), then moved in"""
+    aside = dest.parent/PARTIAL/"tar"; aside.mkdir(parents=True, exist_ok=True)
+    tmp = aside/dest.name
+    with tarfile.open(tmp, "w:gz", compresslevel=6) as t:
+        for d in folders: _add_tree(t, Path(d), Path(d).name, _skip(predictions, figures))
         for p, name in extra:
-            if Path(p).exists(): t.add(p, arcname=name)
+            if Path(p).is_dir(): _add_tree(t, Path(p), name)
+            elif Path(p).is_file(): t.add(p, arcname=name)
     os.replace(tmp, dest)
 
 def prediction_parts(out:Path, results:Path, runs, limit:int=PART) -> list:
     """The dev predictions of run folders `runs` (under `results`) as OUT/gpu-predictions-K.tar.gz, each under `limit` bytes
     (the remote runner brings back no larger file): a run's files stay in one part, a part over the limit is halved and written
     again. Returns the parts (none when the runs have no predictions)"""
-    for old in out.glob("gpu-predictions-*.tar.gz"): old.unlink()
+    aside = out/PARTIAL/"predictions"                     # written there first: a kill while writing keeps the last parts
+    shutil.rmtree(aside, ignore_errors=True); aside.mkdir(parents=True)
     files = lambda run: sorted(f for f in Path(run).rglob("*") if f.is_file() and "predictions" in f.relative_to(run).parts[:1])
     todo, parts = [[r for r in sorted(runs) if files(r)]], []
     while todo:
         g = todo.pop(0)
         if not g: continue
-        dest = out/f"gpu-predictions-{len(parts) + 1}.tar.gz"
+        dest = aside/f"gpu-predictions-{len(parts) + 1}.tar.gz"
         with tarfile.open(dest, "w:gz") as t:
             for r in g:
-                for f in files(r): t.add(f, arcname=str(f.relative_to(results)))
+                for f in files(r):
+                    try: t.add(f, arcname=str(f.relative_to(results)))
+                    except OSError: pass                         # gone meanwhile
         if dest.stat().st_size > limit and len(g) > 1: dest.unlink(); todo[:0] = [g[:len(g) // 2], g[len(g) // 2:]]
         else:
             if dest.stat().st_size > limit: print(f"note: {dest.name}: {dest.stat().st_size / 2**20:.1f} MiB, one run's predictions alone: over what the remote runner brings back")
             parts.append(dest)
+    for old in out.glob("gpu-predictions-*.tar.gz"): old.unlink()
+    parts = [Path(shutil.move(str(p), str(out/p.name))) for p in parts]
     if len(parts) > 5: print(f"note: {len(parts)} prediction parts: the remote runner brings back 8 files, 3 of them the runs, the summary and the GPU log")
     return parts
 
@@ -79,7 +108,7 @@ def stage(tables, results:Path, pack:Path, scale:str="short") -> Path:
     for f in folders:
         if not (f/"ablate.json").is_file(): sys.exit(f"gpu_tables stage: {f} is no table folder (no ablate.json); run `minbert_ablate --plan` for the names.")
     if not (pack/"manifest.json").is_file(): sys.exit(f"gpu_tables stage: {pack} holds no pack; run `make gpu-pack` first.")
-    dest = pack/"results.tar.gz"; _tar(dest, folders)
+    dest = pack/"results.tar.gz"; _tar(dest, folders, figures=False)   # figures: redrawn from the runs (`table_from_runs`)
     for d in ("site", "data"):                                   # a pack unpacked here (a test of it) would travel too
         if (pack/d).exists(): print(f"note: {pack/d} is an unpacked copy; it would travel with the pack: delete it")
     carried = sum(p.stat().st_size for p in pack.rglob("*") if p.is_file())
@@ -112,14 +141,15 @@ def run(a):
     site, data = unpack(pack)
     if (pack/"results.tar.gz").is_file():                        # the staged tables: their finished rows are not run again
         with tarfile.open(pack/"results.tar.gz") as t: t.extractall(results, **_safe)
-    staged = {p.parent for p in results.rglob("metrics.json")}
+    staged = {p.parent for p in results.rglob("metrics.json")} | {p.parent for p in results.rglob("row.json")}
     chains = [[c.split(":") for c in ch] for ch in a.chain]
     for ch in chains:
         for c in ch:
             if len(c) != 3: sys.exit(f"gpu_tables run: {':'.join(c)!r}: expected TABLE:SEED:ROWS, e.g. 004-T3:0:5,6")
-    workers = a.workers or len(chains)
+    workers = a.workers or min(len(chains), 8)             # about 2.5 GiB of GPU memory and two cores each
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)]), "MINBERT_DATA": str(data), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])),
+           "MINBERT_DATA": str(data), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1",
            "OMP_NUM_THREADS": str(max(1, cores // workers)), "MINBERT_CACHE": str(results.parent/"cache")}
     print(f"unpacked in {time.time() - t0:.0f} s ({len(staged)} staged runs); {len(chains)} chains, {workers} at a time, "
@@ -134,7 +164,8 @@ def run(a):
                    "--out", str(results/f"{table}-{a.scale}"), "--device", a.device, "--quiet", "--until", str(until)]
             rec = dict(table=table, seed=int(seed), rows=rows, start_s=round(time.time() - t0, 1))
             with open(log, "w") as f:
-                pr = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True)
+                pr = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, process_group=0)   # killable as a group;
+                # not a new session: the remote runner ends what this command started when it ends
                 with lock: procs.add(pr)
                 rc = pr.wait()
                 with lock: procs.discard(pr)
@@ -142,35 +173,50 @@ def run(a):
             with lock: calls.append(rec)
             print(f"[{rec['end_s']:6.0f} s] {table} seed {seed} rows {rows}: rc {rc} ({rec['end_s'] - rec['start_s']:.0f} s)", flush=True)
             if rc: print(log.read_text()[-3000:], flush=True)
+    def summary():
+        rows = [(f.parent, json.loads(f.read_text())) for f in sorted(results.rglob("row.json")) if f.parent not in staged]
+        s = dict(wall_s=round(time.time() - t0, 1), workers=workers, threads=env["OMP_NUM_THREADS"], calls=list(calls),
+                 rows=[dict(table=r.get("table"), row=r.get("row"), folder=os.path.relpath(d, results), status=r.get("status"),
+                            wall_s=round(r.get("wall_s") or 0, 1), overall=(r.get("metrics") or {}).get("overall"),
+                            device=(r.get("metrics") or {}).get("device")) for d, r in rows])
+        aside = out/PARTIAL/"summary"; aside.mkdir(parents=True, exist_ok=True)
+        (aside/"gpu-tables.json").write_text(json.dumps(s, indent=1)); os.replace(aside/"gpu-tables.json", out/"gpu-tables.json")
+        return s
     def archive():
-        tables = sorted(d for d in results.iterdir() if (d/"ablate.json").is_file())
-        _tar(out/"gpu-runs.tar.gz", tables, extra=[(logs, "gpu-logs")])
-        if a.predictions: prediction_parts(out, results, {p.parent for p in results.rglob("metrics.json")} - staged)   # this call's runs
+        try:
+            tables = sorted(d for d in results.iterdir() if (d/"ablate.json").is_file())
+            _tar(out/"gpu-runs.tar.gz", tables, extra=[(logs, "gpu-logs")])
+            if a.predictions: prediction_parts(out, results, {p.parent for p in results.rglob("metrics.json")} - staged)   # this call's runs
+            return summary()
+        except Exception as e: print(f"note: writing the archive failed ({type(e).__name__}: {e}); the next try keeps what this one lost", flush=True)
+    def stop_all():
+        with lock:
+            for pr in procs:
+                try: os.killpg(pr.pid, signal.SIGKILL)
+                except OSError: pass
+            return len(procs)
+    try: _loop(chains, chain, workers, hard, t0, stop_all, archive)
+    finally:
+        stopped = stop_all()
+        if stopped: print(f"[{time.time() - t0:6.0f} s] {stopped} process(es) stopped on the way out", flush=True)
+        stop.set()
+        s = archive() or summary()
+    ok = sum(r["status"] == "ok" for r in s["rows"])
+    print(f"done in {s['wall_s']:.0f} s: {ok} new rows ok of {len(s['rows'])}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
+    return s
+
+def _loop(chains, chain, workers, hard, t0, stop_all, archive):
+    "Start chains as workers free up; at `hard` stop every process; the archive every 45 s"
     pending, running, last = list(chains), [], time.time()
     while pending or running:
         running = [t for t in running if t.is_alive()]
         while pending and len(running) < workers and time.time() < hard:
             t = threading.Thread(target=chain, args=(pending.pop(0),), daemon=True); t.start(); running.append(t)
         if time.time() >= hard:
-            with lock:
-                for pr in procs:
-                    try: os.killpg(pr.pid, signal.SIGKILL)
-                    except OSError: pass
-                print(f"[{time.time() - t0:6.0f} s] hard stop: {len(procs)} process(es) stopped", flush=True)
+            print(f"[{time.time() - t0:6.0f} s] hard stop: {stop_all()} process(es) stopped", flush=True)
             time.sleep(2); break
         if time.time() - last > 45: archive(); last = time.time()
         time.sleep(1)
-    stop.set()
-    rows = [(f.parent, json.loads(f.read_text())) for f in sorted(results.rglob("row.json")) if f.parent not in staged]
-    summary = dict(wall_s=round(time.time() - t0, 1), workers=workers, threads=env["OMP_NUM_THREADS"], calls=calls,
-                   rows=[dict(table=r.get("table"), row=r.get("row"), folder=os.path.relpath(d, results), status=r.get("status"),
-                              wall_s=round(r.get("wall_s") or 0, 1), overall=(r.get("metrics") or {}).get("overall"),
-                              device=(r.get("metrics") or {}).get("device")) for d, r in rows])
-    (out/"gpu-tables.json").write_text(json.dumps(summary, indent=1))
-    archive()
-    ok = sum(r["status"] == "ok" for r in summary["rows"])
-    print(f"done in {summary['wall_s']:.0f} s: {ok} new rows ok of {len(rows)}; archive {(out/'gpu-runs.tar.gz').stat().st_size / 2**20:.1f} MiB")
-    return summary
 
 def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -> float:
     """What training a row costs, in plain runs of the scale's 23,040 examples: the examples of all its runs and phases (epochs x
@@ -192,7 +238,7 @@ def row_cost(table_id:str, name:str, scale:str="short", first_phase:bool=True) -
             examples += (p.epochs or 1) * (p.steps_per_epoch or 240) * batch * per * (3 if p.smart_weight else 1)
     return round(examples / 23_040, 2)
 
-def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False) -> tuple:
+def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", ensembles_there:bool=False, budget:bool=False) -> tuple:
     """The runs `minbert_ablate --plan --device DEVICE` still lists for `tables` (seeds that began on another device left out), as
     at most `k` chains for `run`, balanced by cost (`row_cost`). Rows that must run in order stay in one chain, in order: a copy
     after the twin it copies, a row that copies its first phase after the row that trains it (Lee & Li (002)'s MNRL rows), and with
@@ -201,10 +247,13 @@ def chains(tables, results:Path, scale:str="short", k:int=6, device:str="cuda", 
     ensembles stay out of the chains: their members spread over all of them (Lee & Li (002)'s 5-ensemble alone has 21 runs' worth of
     members a seed), `run --predictions` brings the members' dev predictions back, and the ensembles combine here after `land`
     (an ensemble trains nothing: any machine may combine it). Returns ([(cost, ["TABLE:SEED:ROWS", ...])], the costliest chain
-    first; ["TABLE:SEED:ROWS", ...] of the ensembles to combine here)"""
+    first; ["TABLE:SEED:ROWS", ...] of the ensembles to combine here). `budget`: the budget question's rows instead (the
+    contradicted claims' rows at `BUDGET_SCALE`, as `minbert_ablate plan --budget`)"""
     from minbert_nb.ablate import TABLES
-    from minbert_nb.reproduce import plan_frame, reads, run_order, seed_device
-    plan = plan_frame(results, scale, device=device)
+    from minbert_nb.reproduce import plan_frame, reads, run_order, seed_device, budget_claims, BUDGET_SCALE
+    if budget and scale not in ("short", BUDGET_SCALE): sys.exit(f"gpu_tables chains: --budget runs at scale {BUDGET_SCALE}; drop --scale {scale}.")
+    if budget: scale = BUDGET_SCALE
+    plan = plan_frame(results, scale, device=device, claims=budget_claims(results) if budget else None)
     plan = plan[plan.table.isin(tables) & (plan["missing"].map(len) > 0)]
     nodes, parent, after = {}, {}, {}
     for _, r in plan.iterrows():
@@ -272,12 +321,25 @@ def land(archive:Path, results:Path, predictions=None, tables_again:bool=True) -
                     print(f"note: {dest} holds a run without row.json here (under way, or stopped): left alone; delete it to land the archive's"); continue
                 dest.parent.mkdir(parents=True, exist_ok=True); shutil.copytree(r, dest); new.append(dest); touched.add(table.name)
             if table.name in touched and not (here/"ablate.json").is_file(): shutil.copy2(table/"ablate.json", here/"ablate.json")
+    portable(new, results)
     if tables_again and touched:
         from minbert_nb.reproduce import table_from_runs
         for name in sorted(touched):
             a = json.loads((results/name/"ablate.json").read_text()); table_from_runs(a["table"], results/name, a.get("scale") or "short")
     print(f"landed {len(new)} rows in {', '.join(sorted(touched)) or 'no table'}")
     return new
+
+def portable(folders, results:Path):
+    """The files of landed row `folders` with repository-relative paths (`tools/portable_results.py`: the remote's
+    /tmp/gpu-results/... becomes results/..., its checkout the repository), as every committed results file holds"""
+    import portable_results as PR
+    if not results.resolve().is_relative_to(ROOT): return
+    for d in folders:
+        for f in (p for p in Path(d).rglob("*") if p.is_file() and p.suffix in PR.TEXT):
+            rel, old = f.resolve().relative_to(ROOT).as_posix(), f.read_text(errors="replace")
+            try: new = PR._json_file(f, rel) if f.name in ("config.json", "row.json") else PR._text(old, rel)
+            except json.JSONDecodeError: new = PR._text(old, rel)
+            if new != old: f.write_text(new)
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -299,6 +361,7 @@ def main(argv=None):
     c.add_argument("--tables", required=True, help="table ids, e.g. 002-T2,004-T2"); c.add_argument("--chains", type=int, default=6)
     c.add_argument("--results", default=str(ROOT/"results"/"ablate")); c.add_argument("--scale", default="short")
     c.add_argument("--ensembles-there", action="store_true", help="keep each ensemble in its members' chain (no predictions to bring back)")
+    c.add_argument("--budget", action="store_true", help="the budget question's rows (contradicted claims at twice the budget, scale short2x)")
     l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
     l.add_argument("archive"); l.add_argument("--predictions", nargs="*", default=None, help="gpu-predictions-K.tar.gz parts, if the run made them")
     l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
@@ -306,11 +369,14 @@ def main(argv=None):
     if a.what == "stage": stage(a.tables.split(","), Path(a.results), Path(a.pack), a.scale)
     elif a.what == "run": run(a)
     elif a.what == "chains":
-        cs, after = chains(a.tables.split(","), Path(a.results), a.scale, a.chains, ensembles_there=a.ensembles_there)
+        cs, after = chains(a.tables.split(","), Path(a.results), a.scale, a.chains, ensembles_there=a.ensembles_there, budget=a.budget)
+        scale = "short2x" if a.budget else a.scale
         for cost, items in cs: print(f"# cost {cost} (in plain 720-step runs): {' '.join(items)}")
-        print(" ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to train on cuda for these tables")
+        print(("python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9" + ("" if scale == "short" else f" --scale {scale}")
+               + (" --predictions " if after else " ") + " ".join(f"--chain {' '.join(items)}" for _, items in cs))
+              if cs else "nothing left to train on cuda for these tables")
         if after: print("# then here, after `land` with the prediction parts (run --predictions), the ensembles:\n" + "\n".join(
-            f"minbert_ablate --table {t} --scale {a.scale} --seeds {s} --rows {r} --out {Path(a.results)/f'{t}-{a.scale}'}" for t, s, r in (x.split(":") for x in after)))
+            f"minbert_ablate --table {t} --scale {scale} --seeds {s} --rows {r} --out {Path(a.results)/f'{t}-{scale}'}" for t, s, r in (x.split(":") for x in after)))
     else: land(Path(a.archive), Path(a.results), [Path(x) for x in a.predictions or []])
 
 if __name__ == "__main__": main()

@@ -47,7 +47,7 @@ SPARE = 2**20                   # kept free under MAX_BYTES
 BACKBONE = "backbone-fp16-planes.safetensors.xz"
 DATA_SKIP = ("extra/provenance",)   # where the data came from: read by no code
 MADE = (BACKBONE, "backbone-fp16.safetensors.xz", "backbone-package.tar.xz", "data.tar.xz", "manifest.json", "meta.json",
-        "gpu-check.json", ".unpacked", "site", "data", "runs", "wheels")   # what `pack` and `run` write in the pack's folder
+        "gpu-check.json", ".unpacked", "site", "data", "runs", "wheels", "results.tar.gz")   # what `pack`, `run` (and gpu_tables' stage) write there
 
 def _tree_bytes() -> int:
     "Bytes of what travels with the working tree beside the carried folders: tracked files and untracked ones git does not ignore"
