@@ -66,6 +66,10 @@ def test_run_and_land(pack, tmp_path, capsys):
     assert [p.name for p in g.land(out / "gpu-runs.tar.gz", busy)] == ["02-Proportional"]                # left alone, the other lands
     assert list((busy / "000-T10-tiny" / "seed-0" / "rows" / "01-Round_Robin").iterdir()) == []
     with pytest.raises(SystemExit, match="expected TABLE:SEED:ROWS"): run(["000-T10:1"])
+    lines = tmp_path / "chains.txt"; lines.write_text("# chains\n000-T10:1\n")   # chains from a file, checked the same way
+    with pytest.raises(SystemExit, match="expected TABLE:SEED:ROWS"):
+        g.main(["run", "--out", str(out), "--minutes", "1", "--hard-minutes", "2", "--chains-file", str(lines), "--pack", str(pack)])
+    with pytest.raises(SystemExit, match="no chain"): g.main(["run", "--out", str(out), "--minutes", "1", "--hard-minutes", "2", "--pack", str(pack)])
 
 def _runs(chain_list):
     "(table, seed, row) of every run in `chains`' output, in chain order, with the chain's index"

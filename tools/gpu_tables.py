@@ -142,7 +142,13 @@ def run(a):
     if (pack/"results.tar.gz").is_file():                        # the staged tables: their finished rows are not run again
         with tarfile.open(pack/"results.tar.gz") as t: t.extractall(results, **_safe)
     staged = {p.parent for p in results.rglob("metrics.json")} | {p.parent for p in results.rglob("row.json")}
-    chains = [[c.split(":") for c in ch] for ch in a.chain]
+    given = list(a.chain or [])
+    if a.chains_file:                                            # one chain a line (the runner takes commands of 2,000 characters)
+        f = Path(a.chains_file)
+        if not f.is_file(): sys.exit(f"gpu_tables run: --chains-file {f}: not found; `chains --write` makes it (in gpu-pack/, which travels).")
+        given += [ln.split() for ln in f.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    if not given: sys.exit("gpu_tables run: no chain: give --chain TABLE:SEED:ROWS ... or --chains-file FILE.")
+    chains = [[c.split(":") for c in ch] for ch in given]
     for ch in chains:
         for c in ch:
             if len(c) != 3: sys.exit(f"gpu_tables run: {':'.join(c)!r}: expected TABLE:SEED:ROWS, e.g. 004-T3:0:5,6")
@@ -350,7 +356,8 @@ def main(argv=None):
     s.add_argument("--scale", default="short")
     r = sub.add_parser("run", help="there: the chains inside the time; the archive into --out")
     r.add_argument("--out", required=True, help="where the archive and the summary go ($OUT)")
-    r.add_argument("--chain", nargs="+", action="append", required=True, help="TABLE:SEED:ROWS calls run one after another")
+    r.add_argument("--chain", nargs="+", action="append", default=None, help="TABLE:SEED:ROWS calls run one after another")
+    r.add_argument("--chains-file", default=None, help="more chains, one a line (`chains --write` makes it)")
     r.add_argument("--minutes", type=float, required=True, help="no row starts training after this many minutes (copies and ensembles still go through)")
     r.add_argument("--hard-minutes", type=float, required=True, help="processes still running then are stopped")
     r.add_argument("--workers", type=int, default=0, help="chains at once (default: all)")
@@ -362,6 +369,7 @@ def main(argv=None):
     c.add_argument("--results", default=str(ROOT/"results"/"ablate")); c.add_argument("--scale", default="short")
     c.add_argument("--ensembles-there", action="store_true", help="keep each ensemble in its members' chain (no predictions to bring back)")
     c.add_argument("--budget", action="store_true", help="the budget question's rows (contradicted claims at twice the budget, scale short2x)")
+    c.add_argument("--write", default=None, help="also write the chains into this file, one a line, for run --chains-file (e.g. gpu-pack/chains.txt)")
     l = sub.add_parser("land", help="here: the archive's new rows into results/ablate; tables written again")
     l.add_argument("archive"); l.add_argument("--predictions", nargs="*", default=None, help="gpu-predictions-K.tar.gz parts, if the run made them")
     l.add_argument("--results", default=str(ROOT/"results"/"ablate"))
@@ -372,9 +380,14 @@ def main(argv=None):
         cs, after = chains(a.tables.split(","), Path(a.results), a.scale, a.chains, ensembles_there=a.ensembles_there, budget=a.budget)
         scale = "short2x" if a.budget else a.scale
         for cost, items in cs: print(f"# cost {cost} (in plain 720-step runs): {' '.join(items)}")
-        print(("python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9" + ("" if scale == "short" else f" --scale {scale}")
-               + (" --predictions " if after else " ") + " ".join(f"--chain {' '.join(items)}" for _, items in cs))
-              if cs else "nothing left to train on cuda for these tables")
+        head = ("python3 tools/gpu_tables.py run --out $OUT --minutes 7 --hard-minutes 9" + ("" if scale == "short" else f" --scale {scale}")
+                + (" --predictions" if after else ""))
+        if cs and a.write:
+            w = Path(a.write); w.parent.mkdir(parents=True, exist_ok=True)
+            w.write_text("".join(" ".join(items) + "\n" for _, items in cs))
+            rel = w.resolve().relative_to(ROOT) if w.resolve().is_relative_to(ROOT) else w
+            print(f"{head} --chains-file {rel}")
+        else: print(f"{head} " + " ".join(f"--chain {' '.join(items)}" for _, items in cs) if cs else "nothing left to train on cuda for these tables")
         if after: print("# then here, after `land` with the prediction parts (run --predictions), the ensembles:\n" + "\n".join(
             f"minbert_ablate --table {t} --scale {scale} --seeds {s} --rows {r} --out {Path(a.results)/f'{t}-{scale}'}" for t, s, r in (x.split(":") for x in after)))
     else: land(Path(a.archive), Path(a.results), [Path(x) for x in a.predictions or []])
