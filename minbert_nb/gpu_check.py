@@ -493,7 +493,7 @@ def check_ceilings(c:CheckRun) -> dict:
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
 CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "timeline": check_timeline, "profile": check_profile,
-          "eval": check_eval, "predict": check_predict, "predictor": check_predictor, "compile": check_compile, "mfu": check_mfu,
+          "compile": check_compile, "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor,
           "fastpath": check_fastpath, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
           "smart": functools.partial(check_preset, name="smart", preset="opt-smart1"),
