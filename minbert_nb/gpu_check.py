@@ -30,10 +30,10 @@ from .bench import time_interleaved, bench_models, bench_mfu, gpu_peak_bf16_flop
 __all__ = ['MINILM_SHAPE', 'CHECK_BUDGETS', 'PEFT_CHECKS', 'CHECKS', 'CHECK_PATHS', 'BUDGET_DEADLINE', 'SUMMARY_KEYS',
            'busy_fraction', 'gpu_busy_fraction', 'check_adamw', 'layer_matmuls', 'matmul_ceiling', 'copy_ceiling',
            'launch_cost', 'in_fresh_process', 'CheckRun', 'check_quick', 'check_resume', 'epilogue_timing',
-           'varlen_timing', 'check_fastpath', 'check_static', 'graphs_vs_eager', 'check_timeline', 'check_profile',
-           'check_mfu', 'check_eval', 'check_predict', 'check_predictor', 'check_peft', 'check_preset', 'check_compile',
-           'check_torchrun', 'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check', 'summary_lines',
-           'minbert_gpu_check']
+           'varlen_timing', 'check_fastpath', 'check_static', 'check_graphs', 'graphs_vs_eager', 'check_timeline',
+           'check_profile', 'check_mfu', 'check_eval', 'check_predict', 'check_predictor', 'check_peft', 'check_preset',
+           'check_compile', 'check_torchrun', 'check_bench', 'check_ceilings', 'run_check', 'run_gpu_check',
+           'summary_lines', 'minbert_gpu_check']
 
 # %% ../nbs/24a_gpu_check.ipynb #9a53a7fc
 def busy_fraction(intervals, window) -> float:
@@ -320,14 +320,18 @@ def check_fastpath(c:CheckRun) -> dict:
 # %% ../nbs/24a_gpu_check.ipynb #6cfc0aea
 def check_static(c:CheckRun) -> dict:
     """`quick` with the static step (one CUDA graph per shape on a GPU): its time and score beside the quick section's, graphs
-    and steps; then `graphs_vs_eager`. In a process of its own on CUDA (`CheckRun.isolated`)"""
+    and steps. In a process of its own on CUDA (`CheckRun.isolated`)"""
     return c.isolated(_check_static)
 
+def check_graphs(c:CheckRun) -> dict:
+    "`graphs_vs_eager`, in a process of its own on CUDA: a section apart, so that its failure keeps the static section's figures"
+    return c.isolated(graphs_vs_eager)
+
 def graphs_vs_eager(c:CheckRun) -> dict:
-    """Two short runs of the static step without dropout on the same batches, with its CUDA graphs and without: the largest
-    difference of their encoder weights (`graphs_max_diff`) against the largest change training made to them
-    (`trained_max_change`). A replay that trains nothing, or trains something else, fails here"""
-    kw = dict(static_step=True, hidden_dropout=0.0, attention_dropout=0.0, head_dropout=0.0, save_checkpoint=True)
+    """Two short runs of the static step with nothing random (no dropout, no random pair order) on the same batches, with its
+    CUDA graphs and without: the largest difference of their encoder weights (`graphs_max_diff`) against the largest change
+    training made to them (`trained_max_change`). A replay that trains nothing, or trains something else, fails here"""
+    kw = dict(static_step=True, hidden_dropout=0.0, attention_dropout=0.0, head_dropout=0.0, pair_swap=False, save_checkpoint=True)
     for name, graphs in (("static-graphs", True), ("static-eager", False)): train(c.config(name, cuda_graphs=graphs, **kw), progress=False)
     a, b = (load_checkpoint(c.out/n/"best.pt")["model"] for n in ("static-graphs", "static-eager"))
     w0 = load_bert(c.base["backbone"]).state_dict()                          # the encoder before training
@@ -350,7 +354,7 @@ def _check_static(c:CheckRun) -> dict:
     if (q/"metrics.json").is_file():
         r["quick_overall_diff"] = m["overall"] - json.loads((q/"metrics.json").read_text())["overall"]
         r["speedup_vs_quick"] = float(pd.read_csv(q/"history.csv").train_time_s.sum()) / max(r["train_s"], 1e-9)
-    return dict(r, **graphs_vs_eager(c))
+    return r
 
 # %% ../nbs/24a_gpu_check.ipynb #5cfcb2f8
 def _timeline(c:CheckRun, name:str, **kw) -> dict:
@@ -492,7 +496,7 @@ def check_ceilings(c:CheckRun) -> dict:
 
 # %% ../nbs/24a_gpu_check.ipynb #618acd58
 PEFT_CHECKS = ("pal", "prefix", "adapter", "lora", "dora")
-CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "timeline": check_timeline, "profile": check_profile,
+CHECKS = {"ceilings": check_ceilings, "quick": check_quick, "static": check_static, "graphs": check_graphs, "timeline": check_timeline, "profile": check_profile,
           "compile": check_compile, "mfu": check_mfu, "eval": check_eval, "predict": check_predict, "predictor": check_predictor,
           "fastpath": check_fastpath, "resume": check_resume,
           **{f"peft-{m}": functools.partial(check_peft, method=m) for m in PEFT_CHECKS},
@@ -570,7 +574,8 @@ def _shown(v) -> str: return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 SUMMARY_KEYS = {"ceilings": ("matmul_bert-base_16384_tflops", "copy_gb_s", "launch_eager_us", "launch_graph_us"),
                 "quick": ("train_s", "steps_per_s", "overall", "data_time_s"),
-                "static": ("train_s", "steps_per_s", "overall", "speedup_vs_quick", "graph_steps", "captures"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s", "static_host_ms_median"),
+                "static": ("train_s", "steps_per_s", "overall", "speedup_vs_quick", "graph_steps", "captures"),
+                "graphs": ("graphs_max_diff", "trained_max_change", "graphs_diff_ratio"), "timeline": ("host_ms_median", "host_ms_p90", "steps_per_s", "static_host_ms_median"),
                 "profile": ("gpu_busy", "kernels_per_step", "static_gpu_busy", "static_kernels_per_step"), "mfu": ("minbert_mfu", "hf_mfu", "entries"),
                 "compile": ("steady_steps_per_s",), "bench": ("train_ratio", "forward_ratio"), "adamw": ("max_diff", "default_ms")}
 

@@ -23,7 +23,7 @@ def test_every_path_runs_on_cpu(tmp_path, small_data):
     st = r["paths"]["static"]                                                # the static step: eagerly on a CPU, beside quick
     assert (st["cuda_graphs"], st["captures"], st["graph_steps"], st["eager_steps"], st["steps"]) == (False, 0, 0, 4, 4), st
     assert abs(st["quick_overall_diff"]) <= 0.05 and st["speedup_vs_quick"] > 0 and r["summary"]["static_train_s"] == st["train_s"]
-    assert st["graphs_max_diff"] == 0.0 and st["trained_max_change"] > 0     # with graphs and without: both eager on a CPU
+    gr = r["paths"]["graphs"]; assert gr["graphs_max_diff"] == 0.0 and gr["trained_max_change"] > 0   # with graphs and without: both eager on a CPU
     assert r["python"].count(".") == 2 and "minbert_nb" in r["code"]
     fp = r["paths"]["fastpath"]                                              # the fused epilogues (aot_eager here: the eager operations, traced)
     assert fp["fused_blocks"] == 6 and fp["max_diff"] == 0.0 and fp["residual_ln_eager_mb"] > fp["residual_ln_fused_mb"] > 0
@@ -59,9 +59,9 @@ def test_the_static_sections_run_in_a_process_of_their_own(tmp_path, small_data)
     """On CUDA the static step's sections run in a fresh process, since a failed graph recording leaves its process unable
     to draw dropout masks; forced here on a CPU: the same figures come back, and a child's error comes back named"""
     import torch
-    from minbert_nb.gpu_check import CheckRun, check_static, check_eval, _timeline
+    from minbert_nb.gpu_check import CheckRun, check_static, check_graphs, check_eval, _timeline
     c = CheckRun(torch.device("cpu"), "tiny", tmp_path, data_dir=str(small_data), fresh=True)
-    st = check_static(c)
-    assert (st["eager_steps"], st["steps"], st["graphs_max_diff"]) == (4, 4, 0.0) and st["trained_max_change"] > 0
+    st, gr = check_static(c), check_graphs(c)
+    assert (st["eager_steps"], st["steps"], gr["graphs_max_diff"]) == (4, 4, 0.0) and gr["trained_max_change"] > 0
     assert c.isolated(_timeline, "timeline-static", static_step=True)["steps"] == 4
     with pytest.raises(RuntimeError, match="in its own process: FileNotFoundError: needs the quick run"): c.isolated(check_eval)
