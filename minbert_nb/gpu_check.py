@@ -167,7 +167,8 @@ def in_fresh_process(fn, *args, timeout:float|None=None, **kw):
     try:
         if not recv.poll(timeout): raise TimeoutError(f"{getattr(fn, '__name__', fn)} ran past {timeout:.0f} s in its own process; stopped")
         kind, value = recv.recv()
-    except EOFError: kind, value = "error", f"its process ended without an answer (exit code {p.join(10) or p.exitcode})"
+    except EOFError:
+        p.join(10); kind, value = "error", f"its process ended without an answer (exit code {p.exitcode})"
     finally:
         if p.is_alive(): p.join(10)
         if p.is_alive(): p.kill(); p.join()

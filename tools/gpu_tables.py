@@ -35,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT/"tools"))
-LIMIT = 64 * 2**20                                   # what the remote runner sends: the working tree and the carried paths
+from pack_gpu import MAX_BYTES as LIMIT             # what the remote runner sends: the working tree and the carried paths
 PART = 15 * 2**20                                    # what it brings back: files of at most 16 MiB, 8 files at most
 _safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 PARTIAL = Path(".partial")/"aside"                   # files being written, three folders below OUT: the runner sends back two
@@ -97,11 +97,6 @@ def prediction_parts(out:Path, results:Path, runs, limit:int=PART) -> list:
     if len(parts) > 5: print(f"note: {len(parts)} prediction parts: the remote runner brings back 8 files, 3 of them the runs, the summary and the GPU log")
     return parts
 
-def tree_bytes(root=ROOT) -> int:
-    "Bytes of what the remote runner sends besides the carried paths: tracked files and untracked files git does not ignore"
-    ls = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True)
-    return sum(p.stat().st_size for f in ls.stdout.split(b"\0") if f and (p := Path(root)/f.decode()).is_file())
-
 def stage(tables, results:Path, pack:Path, scale:str="short") -> Path:
     "The run folders of `tables` (TABLE-SCALE under `results`, no predictions) as pack/results.tar.gz; says whether the send fits"
     folders = [results/f"{t}-{scale}" for t in tables]
@@ -112,7 +107,8 @@ def stage(tables, results:Path, pack:Path, scale:str="short") -> Path:
     for d in ("site", "data"):                                   # a pack unpacked here (a test of it) would travel too
         if (pack/d).exists(): print(f"note: {pack/d} is an unpacked copy; it would travel with the pack: delete it")
     carried = sum(p.stat().st_size for p in pack.rglob("*") if p.is_file())
-    tree = tree_bytes()
+    from pack_gpu import _tree_bytes
+    tree = _tree_bytes()
     print(f"staged {', '.join(f.name for f in folders)}: {dest.stat().st_size / 2**20:.1f} MiB; the tree {tree / 2**20:.1f} MiB + the pack "
           f"{carried / 2**20:.1f} MiB = {(tree + carried) / 2**20:.1f} MiB of the {LIMIT / 2**20:.0f} MiB the remote runner sends")
     if tree + carried > LIMIT:
