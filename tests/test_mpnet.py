@@ -213,6 +213,25 @@ def test_multitask_run_with_smart_pcgrad_and_cross_pairs(tmp_path, small_data, t
     assert len(p.sentiment(["A great film."])) == 1
 
 
+def test_phases_carry_an_mpnet_between_phases(tmp_path, small_data, tiny_mpnet_dir):
+    """Training phases on MPNet: a contrastive (MNRL) phase, then a phase at learning rate 0 that must keep the first
+    phase's best weights exactly, the relative position bias and the positions' padding offset included"""
+    from minbert_nb.phases import run_training
+    from minbert_nb.config import config_from_args
+    from minbert_nb.checkpoint import load_checkpoint
+    ph = ('[{"name": "mnrl", "contrastive_only": true, "contrastive_weight": 1.0, "contrastive_batch": 8, "epochs": 1}, '
+          '{"name": "still", "lr_backbone": 0, "lr_heads": 0, "epochs": 1}]')
+    m = run_training(config_from_args(["--preset", "quick", "--backbone", tiny_mpnet_dir, "--out", str(tmp_path / "run"),
+                                       "--data_dir", str(small_data), "--steps_per_epoch", "3", "--batch_size", "4",
+                                       "--train_limit", "16", "--dev_limit", "8", "--eval_batch_size", "8", "--predict_test", "false",
+                                       "--sst_phrases", "false", "--contrastive_sources", "para,sts", "--phases", ph]), progress=False)
+    assert [p["name"] for p in m["phases"]] == ["mnrl", "still"] and math.isfinite(m["overall"])
+    a, b = (load_checkpoint(tmp_path / "run" / d / "best.pt")["model"] for d in ("1-mnrl", "2-still"))
+    bias = [k for k in a if k.endswith("relative_attention_bias.weight")]
+    assert bias and all(torch.equal(a[k], b[k]) for k in a if k != "para_logit_bias")
+    start = load_bert(tiny_mpnet_dir).state_dict()             # and the first phase did train the encoder
+    assert any(not torch.equal(a["bert." + k], v) for k, v in start.items() if "bert." + k in a)
+
 # ---- the real all-mpnet-base-v2, when installed
 
 REAL = backbones_dir() / "all-mpnet-base-v2"
