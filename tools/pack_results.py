@@ -4,7 +4,9 @@ What reads a run's predictions, and so keeps them:
   - an ensemble saved in results/ (its config.json lists its members): the members' *-output.csv of every split, and their
     *-raw.csv when the ensemble averages raw outputs (method `logits`); a member path that no longer exists (a run made in
     /tmp and copied into results/) is the folder of the same name beside the ensemble;
-  - the headline runs named in README.md (`--headline`, default results/quick and results/best-offline);
+  - the best runs the README reports (`--headline`, default results/best-offline and results/best-mpnet): their dev
+    predictions and their test predictions, the CS224N submission files (`results/quick`, the five-minute `make train`
+    run, keeps config, metrics and history only: run it again for its predictions);
   - an ensemble folder keeps its own test predictions (the CS224N submission files); its dev predictions are dropped, as
     `minbert_ensemble` writes them again exactly from the kept members and metrics.json keeps their scores.
 Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
@@ -45,7 +47,7 @@ def plan(results:Path, headline, skip) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default=str(ROOT/"results"))
-    p.add_argument("--headline", nargs="*", default=["results/quick", "results/best-offline"])
+    p.add_argument("--headline", nargs="*", default=["results/best-offline", "results/best-mpnet"])
     p.add_argument("--skip", nargs="*", default=[], help="folders left as they are (e.g. runs being redone)")
     p.add_argument("--apply", action="store_true", help="change the files (default: only report)")
     a = p.parse_args(argv)
