@@ -34,3 +34,27 @@ def test_results_fit_in_a_clone():
     assert mb < LIMIT_MB, f"tracked results/ is {mb:.1f} MB (limit {LIMIT_MB}): a run's own figures are drawn on demand (minbert_analyze RUN), not committed"
     runs_png = [f for f in files if f.suffix == ".png" and "/rows/" in str(f)]
     assert not runs_png, f"per-run figures are committed: {runs_png[:3]}"
+
+
+def test_pack_png_keeps_the_figure_and_its_key(tmp_path):
+    "pack_results stores a figure with a palette: smaller, the same picture to the eye, the report's key (Comment) kept"
+    import matplotlib; matplotlib.use("Agg")
+    import matplotlib.pyplot as plt, numpy as np
+    from PIL import Image
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = np.linspace(0, 6, 200)
+    for k in range(4): ax.plot(x, np.sin(x + k), label=f"line {k}"); ax.scatter(x[::20], np.cos(x[::20] + k), s=12, alpha=0.5)
+    ax.legend(); ax.set_title("claims")
+    f = tmp_path/"fig.png"; fig.savefig(f, dpi=110, metadata={"Comment": "key-123"}); plt.close(fig)
+    before = np.asarray(Image.open(f).convert("RGB"), dtype=float); size = f.stat().st_size
+    assert PK.pack_png(f, apply=False) > 0 and f.stat().st_size == size          # a dry run changes nothing
+    saved = PK.pack_png(f)
+    with Image.open(f) as im:
+        assert im.mode == "P" and im.text.get("Comment") == "key-123" and im.size == before.shape[1::-1]
+        after = np.asarray(im.convert("RGB"), dtype=float)
+    assert saved == size - f.stat().st_size and f.stat().st_size < 0.7 * size
+    d = np.abs(after - before).max(axis=2)                                       # per pixel, the largest channel's change
+    assert d.mean() < 0.5 and np.percentile(d, 99.9) < 32                        # all but a few anti-aliased edge pixels as drawn
+    assert PK.pack_png(f) == 0                                                    # once is enough: a palette PNG is left alone

@@ -12,11 +12,16 @@ What reads a run's predictions, and so keeps them:
 Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
 keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time).
 
+Figures: every PNG under results/ is stored with a palette of at most 256 colours (`pack_png`): a plot's lines, points and
+text lose nothing visible, the file about 60% of its bytes. Its text chunks (the key a report figure keeps in `Comment`)
+are kept; a PNG that is already a palette image, or that would not shrink, is left as it is.
+
     python tools/pack_results.py              # show what would change, and the sizes
     python tools/pack_results.py --apply      # do it
 """
-import argparse, gzip, json, sys
+import argparse, gzip, io, json, sys
 from pathlib import Path
+from PIL import Image, PngImagePlugin
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW_METHODS = {"logits"}
@@ -44,6 +49,21 @@ def plan(results:Path, headline, skip) -> dict:
         out[f] = "keep" if keep else "drop"
     return out
 
+def pack_png(path:Path, apply:bool=True) -> int:
+    "Bytes saved by storing the PNG `path` with a palette of at most 256 colours, its text chunks kept (0: left as it is)"
+    with Image.open(path) as im:
+        if im.format != "PNG" or im.mode in ("P", "L", "1"): return 0
+        info = PngImagePlugin.PngInfo()
+        for k, v in im.text.items(): info.add_text(k, v)
+        rgba = im.convert("RGBA")
+        opaque = rgba.getchannel("A").getextrema()[0] == 255
+        q = (rgba.convert("RGB").quantize(256) if opaque else rgba.quantize(256, method=Image.Quantize.FASTOCTREE))
+        buf = io.BytesIO(); q.save(buf, "PNG", optimize=True, pnginfo=info, dpi=im.info.get("dpi", (72, 72)))
+    data, old = buf.getvalue(), path.stat().st_size
+    if len(data) >= old: return 0
+    if apply: path.write_bytes(data)
+    return old - len(data)
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", default=str(ROOT/"results"))
@@ -66,6 +86,8 @@ def main(argv=None):
                 z.write_bytes(data)
                 if gzip.decompress(z.read_bytes()) != f.read_bytes(): sys.exit(f"{z}: does not decompress to {f}; left both in place")
                 f.unlink()
+    pngs = [f for f in sorted(results.rglob("*.png")) if not any(f.resolve().is_relative_to((ROOT/s).resolve()) for s in a.skip)]
+    freed += sum(pack_png(f, a.apply) for f in pngs)
     for d in sorted({f.parent for f in pl}, reverse=True):
         if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
     n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
