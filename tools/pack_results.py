@@ -19,7 +19,7 @@ are kept; a PNG that is already a palette image, or that would not shrink, is le
     python tools/pack_results.py              # show what would change, and the sizes
     python tools/pack_results.py --apply      # do it
 """
-import argparse, gzip, io, json, sys
+import argparse, gzip, io, json, os, sys
 from pathlib import Path
 from PIL import Image, PngImagePlugin
 
@@ -28,6 +28,10 @@ RAW_METHODS = {"logits"}
 
 def ensembles(results:Path) -> list:
     return sorted(p.parent for p in results.rglob("config.json") if "members" in json.loads(p.read_text()))
+
+def skipped(f:Path, skip) -> bool:
+    "Whether `f` lies in one of the `skip` folders (left as they are)"
+    return any(f.resolve().is_relative_to((ROOT/s).resolve()) for s in skip)
 
 def plan(results:Path, headline, skip) -> dict:
     "{prediction file: 'keep' | 'drop'} for every prediction file under `results` outside the `skip` folders"
@@ -41,7 +45,7 @@ def plan(results:Path, headline, skip) -> dict:
     read |= {(ROOT/h).resolve() for h in headline}
     out = {}
     for f in sorted(results.rglob("predictions/*.csv*")):
-        if any(f.resolve().is_relative_to((ROOT/s).resolve()) for s in skip): continue
+        if skipped(f, skip): continue
         run = f.parent.parent.resolve()
         if run in {e.resolve() for e in ens}: keep = "-test-" in f.name and "-output" in f.name
         elif "-raw" in f.name: keep = run in raw_read
@@ -61,7 +65,8 @@ def pack_png(path:Path, apply:bool=True) -> int:
         buf = io.BytesIO(); q.save(buf, "PNG", optimize=True, pnginfo=info, dpi=im.info.get("dpi", (72, 72)))
     data, old = buf.getvalue(), path.stat().st_size
     if len(data) >= old: return 0
-    if apply: path.write_bytes(data)
+    if apply:                                  # a new file beside it, then one rename: never half a figure
+        tmp = path.with_name(path.name + ".packing"); tmp.write_bytes(data); os.replace(tmp, path)
     return old - len(data)
 
 def main(argv=None):
@@ -86,12 +91,12 @@ def main(argv=None):
                 z.write_bytes(data)
                 if gzip.decompress(z.read_bytes()) != f.read_bytes(): sys.exit(f"{z}: does not decompress to {f}; left both in place")
                 f.unlink()
-    pngs = [f for f in sorted(results.rglob("*.png")) if not any(f.resolve().is_relative_to((ROOT/s).resolve()) for s in a.skip)]
-    freed += sum(pack_png(f, a.apply) for f in pngs)
+    packed = [b for f in sorted(results.rglob("*.png")) if not skipped(f, a.skip) and (b := pack_png(f, a.apply))]
+    freed += sum(packed)
     for d in sorted({f.parent for f in pl}, reverse=True):
         if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
     n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
-    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed; results/ {before / 2**20:.1f} MB -> "
+    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed, {len(packed)} figures given a palette; results/ {before / 2**20:.1f} MB -> "
           f"{(before - freed) / 2**20:.1f} MB" + ("" if a.apply else " (dry run: --apply to do it)"))
 
 if __name__ == "__main__": main()
