@@ -345,7 +345,9 @@ def budget_claims(results="results/ablate", earlier:str|None=EARLIER_RESULTS) ->
     df = verdicts_frame(results, earlier=earlier)
     return df.loc[df["verdict"].astype(str).str.startswith("contradicted"), "claim"].tolist()
 
-def _budget_scale(scale:str|None) -> str:
+def _plan_scale(scale:str|None, budget:bool=False) -> str:
+    "The scale `plan` and `reproduce` run at: `scale` (default the report's), or the budget question's, which `--budget` fixes"
+    if not budget: return _scale(scale or REPORT_SCALE)
     if scale not in (None, BUDGET_SCALE): raise ValueError(f"--budget runs at scale {BUDGET_SCALE} (twice the report's budget); drop --scale {scale}.")
     return BUDGET_SCALE
 
@@ -353,7 +355,7 @@ def ablate_plan(results:str="results/ablate", scale:str|None=None, device:str|No
     """`minbert_ablate plan`: print the runs the report still needs under `results` and the `minbert_ablate table` calls that make
     them (no training); returns the calls this machine (or `device`) can run. `budget`: those of the budget question instead,
     the rows of the claims the report contradicts at twice its budget (`BUDGET_SCALE`; 16d_verdicts)"""
-    scale, claims = (_budget_scale(scale), budget_claims(results)) if budget else (_scale(scale or REPORT_SCALE), None)
+    scale, claims = _plan_scale(scale, budget), (budget_claims(results) if budget else None)
     if budget:
         print(f"the budget question: {len(claims)} contradicted claim(s) at scale {BUDGET_SCALE}" + (f" ({', '.join(claims)})" if claims else ""))
         if not claims: return []
@@ -385,7 +387,7 @@ def ablate_reproduce(results:str="results/ablate", report_out:str="results/repro
     """`minbert_ablate reproduce`: run what `plan` lists, the claims' rows first (resumable), `workers` calls at a time; then
     write each table again from its finished runs, and the report. `budget`: the budget question's runs instead (`ablate_plan`)"""
     if workers < 1: raise ValueError(f"--workers {workers}: expected at least 1.")
-    until, scale = _deadline(hours, until), (_budget_scale(scale) if budget else _scale(scale or REPORT_SCALE))
+    until, scale = _deadline(hours, until), _plan_scale(scale, budget)
     calls = ablate_plan(results, scale, device, chains=False, budget=budget)
     extra = [*(["--device", device] if device else []), *(["--data_dir", data_dir] if data_dir else [])]
     failed = run_calls(calls, workers, extra, until=until) if workers > 1 else _run_here(calls, extra, quiet, until)

@@ -25,9 +25,9 @@ __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COL
            'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute',
            'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement',
            'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
-           'verdicts_frame', 'plot_claims', 'compute_text', 'selection_text', 'device_text', 'budget_text',
-           'summary_table', 'readings_text', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines',
-           'write_report']
+           'verdicts_frame', 'superseded_earlier', 'plot_claims', 'compute_text', 'selection_text', 'device_text',
+           'budget_text', 'summary_table', 'readings_text', 'report_markdown', 'run_minutes', 'budget_frame',
+           'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -494,6 +494,15 @@ def verdicts_frame(results, root=".", scale:str|None=None, earlier=None, claims=
             old = judge(claims[df.at[i, "claim"]], found, root, scale)
             if old["seeds"] > df.at[i, "seeds"]: df.loc[i, list(old)] = pd.Series(old)
     return with_readings(df, claims)
+
+def superseded_earlier(results, earlier, root=".", scale:str|None=None, claims=None) -> list:
+    """The table folders of `earlier` that `verdicts_frame` reads no more: those of tables whose every claim has MIN_SEEDS seeds
+    under `results` (their rows re-run at their papers' settings). `tools/pack_results.py` removes them (git history keeps them)"""
+    old = earlier_folders(earlier)
+    claims = {k: c for k, c in (claims or CLAIMS).items() if c.table in old}   # only the tables that have an earlier folder
+    if not claims: return []
+    seeds = claims_frame(results, root, scale, claims).groupby("table")["seeds"].min()
+    return [info["folder"] for t, n in seeds.items() if n >= MIN_SEEDS and (info := pick_folder(old.get(t, []), scale))]
 
 # %% ../nbs/16d_verdicts.ipynb #ac7470fa
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):

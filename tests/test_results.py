@@ -58,3 +58,12 @@ def test_pack_png_keeps_the_figure_and_its_key(tmp_path):
     d = np.abs(after - before).max(axis=2)                                       # per pixel, the largest channel's change
     assert d.mean() < 0.5 and np.percentile(d, 99.9) < 32                        # all but a few anti-aliased edge pixels as drawn
     assert PK.pack_png(f) == 0                                                    # once is enough: a palette PNG is left alone
+
+
+def test_no_earlier_table_that_nothing_reads():
+    "A table folder of results/ablate-scale-rates whose every claim has re-run at 3 seeds under results/ablate is not carried"
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    tracked = {str(Path(p).parent) for p in _tracked()}
+    left = [d for d in PK.superseded(ROOT/"results") if any((t + "/").startswith(f"{d.relative_to(ROOT)}/") for t in tracked)]
+    assert not left, f"{[str(d.relative_to(ROOT)) for d in left]}: no claim reads these any more; run python tools/pack_results.py --apply"

@@ -12,6 +12,10 @@ What reads a run's predictions, and so keeps them:
 Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
 keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time).
 
+Earlier runs: a table folder of results/ablate-scale-rates (runs made while the scales set every row's optimiser) that the
+report reads no more, because every claim of its table has its three seeds under results/ablate at its paper's settings
+(`superseded_earlier`), is removed; git history keeps it.
+
 Figures: every PNG under results/ is stored with a palette of at most 256 colours (`pack_png`): a plot's lines, points and
 text lose nothing visible, the file about 60% of its bytes. Its text chunks (the key a report figure keeps in `Comment`)
 are kept; a PNG that is already a palette image, or that would not shrink, is left as it is.
@@ -19,7 +23,7 @@ are kept; a PNG that is already a palette image, or that would not shrink, is le
     python tools/pack_results.py              # show what would change, and the sizes
     python tools/pack_results.py --apply      # do it
 """
-import argparse, gzip, io, json, os, sys
+import argparse, gzip, io, json, os, shutil, sys
 from pathlib import Path
 from PIL import Image, PngImagePlugin
 
@@ -53,6 +57,11 @@ def plan(results:Path, headline, skip) -> dict:
         out[f] = "keep" if keep else "drop"
     return out
 
+def superseded(results:Path) -> list:
+    "The table folders of results/ablate-scale-rates that no claim reads any more (`superseded_earlier`)"
+    from minbert_nb.verdicts import superseded_earlier
+    return superseded_earlier(results/"ablate", results/"ablate-scale-rates", results.parent)
+
 def pack_png(path:Path, apply:bool=True) -> int:
     "Bytes saved by storing the PNG `path` with a palette of at most 256 colours, its text chunks kept (0: left as it is)"
     with Image.open(path) as im:
@@ -78,7 +87,13 @@ def main(argv=None):
     a = p.parse_args(argv)
     results = Path(a.results)
     before = sum(f.stat().st_size for f in results.rglob("*") if f.is_file())
-    pl, freed = plan(results, a.headline, a.skip), 0
+    gone = [d for d in superseded(results) if not skipped(d, a.skip)]
+    pl, freed, skip = plan(results, a.headline, [*a.skip, *gone]), 0, [*a.skip, *gone]
+    for d in gone:
+        freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        print(f"{d.relative_to(results.parent)}: every claim of its table has its seeds under {results.name}/ablate; "
+              + ("removed" if a.apply else "to remove"))
+        if a.apply: shutil.rmtree(d)
     for f, what in pl.items():
         if what == "drop":
             freed += f.stat().st_size
@@ -91,12 +106,13 @@ def main(argv=None):
                 z.write_bytes(data)
                 if gzip.decompress(z.read_bytes()) != f.read_bytes(): sys.exit(f"{z}: does not decompress to {f}; left both in place")
                 f.unlink()
-    packed = [b for f in sorted(results.rglob("*.png")) if not skipped(f, a.skip) and (b := pack_png(f, a.apply))]
+    packed = [b for f in sorted(results.rglob("*.png")) if not skipped(f, skip) and (b := pack_png(f, a.apply))]
     freed += sum(packed)
     for d in sorted({f.parent for f in pl}, reverse=True):
         if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
     n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
-    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed, {len(packed)} figures given a palette; results/ {before / 2**20:.1f} MB -> "
+    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed, {len(packed)} figures given a palette, "
+          f"{len(gone)} earlier table folders removed; results/ {before / 2**20:.1f} MB -> "
           f"{(before - freed) / 2**20:.1f} MB" + ("" if a.apply else " (dry run: --apply to do it)"))
 
 if __name__ == "__main__": main()
