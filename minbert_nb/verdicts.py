@@ -377,9 +377,11 @@ def p_value(diffs) -> float:
     return float(2 * student_t().sf(abs(d.mean()) / (sd / math.sqrt(len(d))), len(d) - 1))
 
 def agreement(paper:float, lo:float, hi:float, sign:int) -> str:
-    "`agrees in size` when `paper` lies in [lo, hi]; else `smaller` or `larger`: our effect along the paper's `sign` against the paper's"
+    """`agrees in size` when `paper` lies in [lo, hi]; `opposite sign` when the whole interval lies on the other side of zero
+    from the paper's `sign`; else `smaller` or `larger`: our effect along the paper's `sign` against the paper's"""
     if lo is None or math.isnan(lo) or math.isnan(hi): return ""
     if lo <= paper <= hi: return "agrees in size"
+    if max(sign * lo, sign * hi) < 0: return "opposite sign"
     return "smaller" if sign * paper > max(sign * lo, sign * hi) else "larger"
 
 # %% ../nbs/16d_verdicts.ipynb #260045ce
@@ -457,9 +459,10 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
     claims = claims or CLAIMS
     df = df.copy()
-    df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) for r in df.itertuples()]
-    df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
     cs = [claims[c] for c in df["claim"]]
+    df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) if c.kind == "sign" else ""   # no size to a claim of no effect
+                       for r, c in zip(df.itertuples(), cs)]
+    df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
     test_p = lambda d, c: null_p_value(d, c.margin) if c.margin is not None else within_p_value(d, c.within) if c.within is not None else p_value(d)
     df["p_value"] = [test_p(d, c) if len(d) >= MIN_SEEDS else math.nan for d, c in zip(df["diffs"], cs)]
     rejects = holm(df["p_value"])
@@ -467,8 +470,9 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
         if c.margin is not None: return "reproduced" if abs(r.ours_diff) < c.margin else "contradicted"
         if c.within is not None: return "reproduced" if r.ours_diff > -c.within else "contradicted"
         return "reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted"
-    df["holm_verdict"] = [("not run" if r.seeds == 0 else "inconclusive") if not ok else decided(r, c)
-                          for r, ok, c in zip(df.itertuples(), rejects, cs)]
+    untested = lambda r: "not run" if r.seeds == 0 else f"not tested (fewer than {MIN_SEEDS} seeds)"
+    df["holm_verdict"] = [untested(r) if math.isnan(p) else decided(r, c) if ok else "inconclusive"
+                          for r, p, ok, c in zip(df.itertuples(), df["p_value"], rejects, cs)]
     df["seeds_needed"] = [seeds_needed(d, margin=c.margin, within=c.within) if v == "inconclusive" else math.nan
                           for d, v, c in zip(df["diffs"], df["verdict"], cs)]
     df["seed_diffs"] = [";".join(f"{x:.6g}" for x in d) for d in df["diffs"]]
@@ -476,7 +480,7 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
 
 # %% ../nbs/16d_verdicts.ipynb #8e14f4b5
 EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
-           "batches of 32) where the row now keeps its paper's: re-run pending")
+           "batches of 32 unless the row named its own) where the row now keeps its paper's: re-run pending")
 
 def earlier_folders(earlier) -> dict:
     "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
@@ -521,7 +525,7 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
             ax.scatter([r.ours_diff], [i], s=28, color="white" if earlier else col, edgecolor=col, zorder=4)
         ax.scatter([r.paper_diff], [i], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, zorder=5)
         hv, eq = r.get("holm_verdict"), r.get("equivalence")
-        v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict else "") + (f" · {eq.split(' (')[0]}" if isinstance(eq, str) and eq else "")
+        v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict and not hv.startswith("not ") else "") + (f" · {eq.split(' (')[0]}" if isinstance(eq, str) and eq else "")
         ax.text(1.01, i, v + (" · earlier settings" if earlier else ""), transform=ax.get_yaxis_transform(), va="center", fontsize=6.5)
     ax.scatter([], [], s=10, color="tab:blue", label="each seed"); ax.scatter([], [], s=28, color="tab:blue", label="ours: mean, 95% interval")
     ax.scatter([], [], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, label="paper")
@@ -616,17 +620,18 @@ def readings_text(df:pd.DataFrame) -> str:
     tested = df["p_value"].notna(); hc = df.loc[tested, "holm_verdict"].value_counts()
     dec = df[df["verdict"].isin(["reproduced", "contradicted"]) & (kind == "sign")]   # sizes: of the sign verdicts alone
     ag = dec["agreement"].value_counts(); untested = int((~tested).sum()); tested = int(tested.sum())
+    opp = f", and of the opposite sign in {ag.get('opposite sign', 0)}" if ag.get("opposite sign", 0) else ""
     close = df[kind == "within"]
     eq = df[df["equivalence"].fillna("").astype(bool)]
     near = df[df["seeds_needed"].notna()].sort_values("seeds_needed").head(5)
-    return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%, two-sided paired t-tests; for a claim of no effect, the test that can decide it against its margin): "
+    return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%; two-sided paired t-tests, for a claim of no effect the test that can decide it against its margin, for a claim of closeness the one-sided non-inferiority test): "
             + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive"))
             + (f" ({untested} with fewer seeds not tested)" if untested else "")
             + f". Of the {len(dec)} decisive sign verdicts, the paper's difference lies inside our interval in {ag.get('agrees in size', 0)}; "
-            f"our effect is smaller in {ag.get('smaller', 0)} and larger in {ag.get('larger', 0)}."
+            f"our effect is smaller in {ag.get('smaller', 0)} and larger in {ag.get('larger', 0)}{opp}."
             + (" Claims of closeness, by a non-inferiority test: " + "; ".join(f"{r.claim}: {r.verdict}" for r in close.itertuples()) + "." if len(close) else "")
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
-            + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin): "
+            + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin, taking the observed mean and spread as true: about even odds at that many): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
 
 # %% ../nbs/16d_verdicts.ipynb #594a6da2

@@ -88,7 +88,8 @@ def main(argv=None):
     results = Path(a.results)
     before = sum(f.stat().st_size for f in results.rglob("*") if f.is_file())
     gone = [d for d in superseded(results) if not skipped(d, a.skip)]
-    pl, freed, skip = plan(results, a.headline, [*a.skip, *gone]), 0, [*a.skip, *gone]
+    skip = [*a.skip, *gone]                    # removed folders need no packing
+    pl, freed = plan(results, a.headline, skip), 0
     for d in gone:
         freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         print(f"{d.relative_to(results.parent)}: every claim of its table has its seeds under {results.name}/ablate; "
@@ -111,8 +112,9 @@ def main(argv=None):
     for d in sorted({f.parent for f in pl}, reverse=True):
         if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
     n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
-    print(f"{n['keep']} prediction files kept (gzip), {n['drop']} removed, {len(packed)} figures given a palette, "
-          f"{len(gone)} earlier table folders removed; results/ {before / 2**20:.1f} MB -> "
+    done = "" if a.apply else "to be "         # a dry run says what it would do, in the same words
+    print(f"{n['keep']} prediction files {done}kept (gzip), {n['drop']} {done}removed, {len(packed)} figures {done}given "
+          f"a palette, {len(gone)} earlier table folders {done}removed; results/ {before / 2**20:.1f} MB -> "
           f"{(before - freed) / 2**20:.1f} MB" + ("" if a.apply else " (dry run: --apply to do it)"))
 
 if __name__ == "__main__": main()
