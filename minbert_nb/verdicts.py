@@ -20,14 +20,14 @@ from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
-__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'EARLIER', 'BUDGET_CPU_MINUTES',
-           'student_t', 'paired_ci', 'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders',
-           'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute',
-           'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement',
-           'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
-           'verdicts_frame', 'superseded_earlier', 'plot_claims', 'compute_text', 'selection_text', 'device_text',
-           'budget_text', 'summary_table', 'readings_text', 'report_markdown', 'run_minutes', 'budget_frame',
-           'budget_lines', 'write_report']
+__all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'HOLM_UNTESTED', 'EARLIER',
+           'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict', 'null_verdict', 'within_verdict', 'claim_verdict',
+           'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
+           'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
+           'p_value', 'agreement', 'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed',
+           'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'plot_claims', 'compute_text',
+           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'report_markdown',
+           'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -455,6 +455,8 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None, w
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
 EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
 
+HOLM_UNTESTED = ("not run", f"not tested (fewer than {MIN_SEEDS} seeds)")   # Holm's column where a claim has no p-value
+
 def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
     claims = claims or CLAIMS
@@ -470,7 +472,7 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
         if c.margin is not None: return "reproduced" if abs(r.ours_diff) < c.margin else "contradicted"
         if c.within is not None: return "reproduced" if r.ours_diff > -c.within else "contradicted"
         return "reproduced" if np.sign(r.ours_diff) == r.sign else "contradicted"
-    untested = lambda r: "not run" if r.seeds == 0 else f"not tested (fewer than {MIN_SEEDS} seeds)"
+    untested = lambda r: HOLM_UNTESTED[0] if r.seeds == 0 else HOLM_UNTESTED[1]
     df["holm_verdict"] = [untested(r) if math.isnan(p) else decided(r, c) if ok else "inconclusive"
                           for r, p, ok, c in zip(df.itertuples(), df["p_value"], rejects, cs)]
     df["seeds_needed"] = [seeds_needed(d, margin=c.margin, within=c.within) if v == "inconclusive" else math.nan
@@ -525,7 +527,7 @@ def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|
             ax.scatter([r.ours_diff], [i], s=28, color="white" if earlier else col, edgecolor=col, zorder=4)
         ax.scatter([r.paper_diff], [i], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, zorder=5)
         hv, eq = r.get("holm_verdict"), r.get("equivalence")
-        v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict and not hv.startswith("not ") else "") + (f" · {eq.split(' (')[0]}" if isinstance(eq, str) and eq else "")
+        v = r.verdict + (f" (Holm: {hv})" if isinstance(hv, str) and hv and hv != r.verdict and hv not in HOLM_UNTESTED else "") + (f" · {eq.split(' (')[0]}" if isinstance(eq, str) and eq else "")
         ax.text(1.01, i, v + (" · earlier settings" if earlier else ""), transform=ax.get_yaxis_transform(), va="center", fontsize=6.5)
     ax.scatter([], [], s=10, color="tab:blue", label="each seed"); ax.scatter([], [], s=28, color="tab:blue", label="ours: mean, 95% interval")
     ax.scatter([], [], marker="D", s=30, color="tab:orange", edgecolor="k", lw=0.4, label="paper")

@@ -93,7 +93,7 @@ def main(argv=None):
     for d in gone:
         freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         print(f"{d.relative_to(results.parent)}: every claim of its table has its seeds under {results.name}/ablate; "
-              + ("removed" if a.apply else "to remove"))
+              + ("removed" if a.apply else "to be removed"))
         if a.apply: shutil.rmtree(d)
     for f, what in pl.items():
         if what == "drop":
