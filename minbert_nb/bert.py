@@ -16,10 +16,10 @@ from .core import *
 from .attention import *
 
 # %% auto #0
-__all__ = ['BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler', 'current_task',
-           'task_context', 'BertModelOutput', 'BertModel', 'host_packing', 'host_lengths', 'batch_to',
-           'set_attn_implementation', 'relative_position_bucket', 'MPNetConfig', 'tiny_mpnet_config', 'MPNetEmbeddings',
-           'MPNetEncoder', 'MPNetModel']
+__all__ = ['PACK_MULTIPLE', 'BertEmbeddings', 'BertIntermediate', 'BertOutput', 'BertLayer', 'BertEncoder', 'BertPooler',
+           'current_task', 'task_context', 'BertModelOutput', 'BertModel', 'host_packing', 'mask_packing',
+           'host_lengths', 'batch_to', 'set_attn_implementation', 'relative_position_bucket', 'MPNetConfig',
+           'tiny_mpnet_config', 'MPNetEmbeddings', 'MPNetEncoder', 'MPNetModel']
 
 # %% ../nbs/02_bert.ipynb #b08417d7
 class BertEmbeddings(nn.Module):
@@ -141,6 +141,8 @@ class BertModelOutput:
     attentions: list|None = None              # (B, nh, T, T) per layer, if asked for
 
 # %% ../nbs/02_bert.ipynb #74aa8526
+PACK_MULTIPLE = 64   # the CPU packing's row multiple (`mask_packing`, below)
+
 class BertModel(nn.Module):
     "The BERT encoder: embeddings, `num_hidden_layers` transformer layers and the pooler"
     embeddings_class, encoder_class = BertEmbeddings, BertEncoder   # a variant swaps these (MPNetModel, below)
@@ -152,6 +154,7 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(config)
         self.prefix_provider = None    # hook: a module f(batch_size) -> per-layer (keys, values), used when prefix_kv is None
         self.unpad = True              # on CPU, run the token-wise layers on the real tokens only (see below)
+        self.pack_multiple = PACK_MULTIPLE   # on CPU, the packed rows rounded up to a multiple of this with padding positions (below)
         self.static = False            # a captured step's model (08j_static_step): fixed shapes, nothing read back on the host
         self.apply(self._init_weights)
 
@@ -203,6 +206,16 @@ def host_packing(lengths, T:int, device) -> Packed:
     cu = F.pad(ln.cumsum(0), (1, 0)).to(torch.int32)                                # [0, l1, l1+l2, ...]
     return Packed(idx.to(device, non_blocking=True), len(ln), T, cu.to(device, non_blocking=True), int(ln.max()))
 
+def mask_packing(attention_mask:torch.Tensor, multiple:int=1) -> tuple:
+    """(`Packed`, N) from a padding mask `(B, T)`: the flat positions of its N real tokens, then as many padding positions
+    as round the count up to a multiple of `multiple` (all positions at most). The extra rows are computed as the padded
+    model computes its padding, and dropped after"""
+    flat = attention_mask.reshape(-1)
+    real = flat.nonzero().squeeze(1); n = len(real)
+    extra = min(-n % multiple, flat.numel() - n)
+    idx = torch.cat([real, (flat == 0).nonzero().squeeze(1)[:extra]]) if extra else real
+    return Packed(idx, *attention_mask.shape), n
+
 def host_lengths(batch):
     """`batch` (a dict, nested) with `lengths`, each row's real tokens as a tuple of ints, beside every right-padded 2-d
     `attention_mask` still on the host: what `BertModel` packs from on a GPU. Called before the batch moves to the device"""
@@ -235,10 +248,10 @@ def _encode(self:BertModel, x, attention_mask, mask, output_attentions=False, ou
     attention can run on the packed tokens (`01_attention`)"""
     if not self._can_unpad(attention_mask, output_attentions or output_hidden_states, lengths):
         return _padded_encode(self, x, attention_mask, mask, output_attentions, output_hidden_states, prefix_kv)
-    packed = (host_packing(lengths, x.shape[1], x.device) if lengths is not None else
-              Packed(attention_mask.reshape(-1).nonzero().squeeze(1), *x.shape[:2]))      # flat positions of the N real tokens
-    h, hs, at = self.encoder(unpad_rows(x, packed.idx), mask, output_attentions, output_hidden_states, prefix_kv, packed)   # (N, C)
-    return pad_rows(h, *packed[:3]), hs, at                                 # (B, T, C), zeros at padding
+    if lengths is not None: packed, n = host_packing(lengths, x.shape[1], x.device), None
+    else: packed, n = mask_packing(attention_mask, self.pack_multiple)     # the N real tokens, then padding up to the multiple
+    h, hs, at = self.encoder(unpad_rows(x, packed.idx), mask, output_attentions, output_hidden_states, prefix_kv, packed)   # (N', C)
+    return pad_rows(h[:n], packed.idx[:n], packed.B, packed.T), hs, at      # (B, T, C): the real rows, zeros at padding
 
 # %% ../nbs/02_bert.ipynb #98c96e29
 def set_attn_implementation(model:nn.Module, impl:str):

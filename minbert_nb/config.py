@@ -68,7 +68,7 @@ TRAIN_RANGES = dict(
     steps_per_epoch=COUNT, epochs=COUNT, lr_backbone=_LR, lr_heads=_LR, lr_adapters=_LR,
     layer_decay=Range(0, 1, "(]", note="1 turns it off, 0.8-0.95 is usual"), weight_decay=Range(0, note="AdamW's decoupled decay"),
     warmup=Range(0, note="a fraction of the steps, or a step count if > 1"), grad_clip=Range(0, note="a gradient norm; 0 or null: no clipping"),
-    grad_accum=COUNT, pad_multiple=COUNT,
+    grad_accum=COUNT, pad_multiple=COUNT, pack_multiple=COUNT,
     mnrl_weight=_WEIGHT, mnrl_scale=Range(0, ends="()", note="the scale of the cosines"), sts_cosent=_WEIGHT, contrastive_weight=_WEIGHT,
     contrastive_batch=Range(2, note="each pair's negatives are the batch's other pairs"), contrastive_every=COUNT,
     para_prior=Range(0, 1, "()", noun="a rate", note="Quora's share of duplicates"),
@@ -146,6 +146,7 @@ class TrainConfig(ModelConfig):
     pad_multiple: int|None = None    # pad each batch's length up to a multiple of this; None = 1 on CPU (exact), 16 on CUDA, 32 with compile
     sdpa_cudnn: bool = False         # CUDA: let attention use cuDNN's SDPA kernel (it builds an execution plan per new shape; 01_attention)
     unpad: bool = True               # the layers run on the real tokens only: on CPU found in the mask, on a GPU from the host's lengths (02_bert)
+    pack_multiple: int|None = None   # on CPU, the packed rows rounded up to a multiple of this with padding positions (shapes repeat); None = the model's 64, 1 = the real tokens alone
     fused_epilogues: bool = False    # each layer's dropout-residual-LayerNorm and bias-GELU as compiled kernels, LayerNorm outputs in bf16 under autocast (02b_fused; compile_backend); for GPUs
     static_step: bool = False        # fixed shapes, the epoch's batches on the device, nothing read on the host in a step; on a GPU each shape's step one CUDA graph (08j_static_step); what cannot run so trains eagerly, said
     cuda_graphs: bool = True         # with static_step on a GPU: record each shape's whole step as a CUDA graph and replay it (false: the same step, run eagerly)

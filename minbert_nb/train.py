@@ -335,6 +335,7 @@ def _model(self:Run):
     cfg, train = self.cfg, self.data["train"]
     self.model = model = MultitaskBert(cfg.model_config()).to(self.device)
     model.bert.unpad = cfg.unpad                                         # False: every batch padded, as before 02_bert skipped it
+    if cfg.pack_multiple: model.bert.pack_multiple = cfg.pack_multiple   # else the model's own (02_bert)
     self.fwd = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
                    find_unused_parameters=True) if self.distributed else model   # one task's head per step: the others get no gradient
     self.fused = use_fused_epilogues(model, cfg.compile_backend) if cfg.fused_epilogues else None   # after PEFT: what PEFT changed stays plain
@@ -552,7 +553,7 @@ def _metrics(self:Run) -> dict:
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=precision_name(self.amp_dtype),
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
-             pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, sdpa=self.sdpa or None, fused_epilogues=self.fused,
+             pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, pack_multiple=self.model.bert.pack_multiple if self.model.bert.unpad else None, sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
              static_step=(dict(self.static, eager_steps=step.eager_steps, graph_steps=step.graph_steps, captures=step.captures,
                                syncs=sorted(set(step.syncs))[:10])

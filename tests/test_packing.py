@@ -28,6 +28,7 @@ def test_host_lengths_give_the_cpu_packing(peft, task, pair_mode):
     pm = {"para": "cross"} if pair_mode == "cross" else {"sts": pair_mode} if pair_mode == "both" else None
     cfg = preset_config("quick", backbone=tiny_backbone_dir(), peft=peft, out="unused", pair_modes=pm, pair_swap=True).model_config()
     torch.manual_seed(0); model = MultitaskBert(cfg)
+    model.bert.pack_multiple = 1                              # the mask's packing without extra rows: the rows of the lengths' packing
     batch = _batch(task, pair_mode); hb = host_lengths(batch)
     assert hb["a"]["lengths"][0] == 7 and all("lengths" in hb[k] for k in ("a", "b", "x", "a_swap") if k in hb)
     model.train()
@@ -46,14 +47,16 @@ def test_mpnet_packs_from_lengths_and_keeps_its_bias():
     torch.testing.assert_close(a[am.bool()], b[am.bool()], rtol=1e-5, atol=1e-5)
 
 def test_unpad_false_keeps_every_batch_padded(tmp_path):
-    "`--unpad false`: the run's BERT never packs (said in metrics.json); by default it does"
+    "`--unpad false`: the run's BERT never packs (said in metrics.json); by default it does, its rows rounded up to PACK_MULTIPLE or `--pack_multiple`"
     import json
     from minbert_nb.commands import minbert_train
     from datapaths import SAMPLE, run_command
     args = ["--preset", "quick", "--backbone", tiny_backbone_dir(), "--data_dir", SAMPLE, "--steps_per_epoch", "2", "--epochs", "1",
             "--batch_size", "4", "--train_limit", "8", "--dev_limit", "4", "--eval_batch_size", "4", "--sst_phrases", "false", "--device", "cpu"]
-    for flag, want in ((["--unpad", "false"], False), ([], True)):
-        out = tmp_path / str(want)
+    from minbert_nb.bert import PACK_MULTIPLE
+    for flag, want, pack in ((["--unpad", "false"], False, None), ([], True, PACK_MULTIPLE), (["--pack_multiple", "1"], True, 1)):
+        out = tmp_path / f"{want}-{pack}"
         r = run_command(minbert_train, *args, "--out", out, *flag)
         assert r.returncode == 0, r.stdout[-1500:] + r.stderr[-1500:]
-        assert json.loads((out / "metrics.json").read_text())["unpad"] is want
+        m = json.loads((out / "metrics.json").read_text())
+        assert (m["unpad"], m["pack_multiple"]) == (want, pack), m

@@ -30,7 +30,7 @@ import contextlib, inspect, math, textwrap
 import pytest, torch
 import transformers
 from minbert_nb.core import set_seed
-from minbert_nb.bert import set_attn_implementation
+from minbert_nb.bert import set_attn_implementation, mask_packing, PACK_MULTIPLE
 from minbert_nb.pretrained import load_bert, load_tokenizer, tokenize, embedded_backbone_path
 from minbert_nb.lora import LoRALinear, inject_lora
 from minbert_nb.prefix import inject_prefix
@@ -52,7 +52,8 @@ def batch():
 
 class DropoutTape:
     """Stands in for `F.dropout`: in `record` mode it draws a mask per call and keeps it; in `replay` mode it applies the kept
-    masks in the same order, each checked for its shape (a (B, T, X) mask goes to a packed (N, X) input at the real tokens)"""
+    masks in the same order, each checked for its shape (a (B, T, X) mask goes to a packed (N, X) input at the positions
+    our packing runs on: the real tokens, then the padding positions that round their count up)"""
     def __init__(self, real_idx:torch.Tensor, seed:int=0):
         self.masks, self.mode, self.i, self.idx, self.packed = [], None, 0, real_idx, 0
         self.g = torch.Generator().manual_seed(seed)
@@ -149,7 +150,7 @@ def _check(ours, ref, batch, monkeypatch, o_params, r_params, dtype, o_kw={}, r_
     set_attn_implementation(ours, "sdpa")                # our default attention kernel gives the same in eval mode
     res["eval_sdpa"] = _compare("eval outputs, SDPA", _eval(ours, batch, True, dtype, **o_kw), yr, dtype, ef)
     set_attn_implementation(ours, "eager")
-    tape = DropoutTape(batch["attention_mask"].reshape(-1).nonzero().squeeze(1))
+    tape = DropoutTape(mask_packing(batch["attention_mask"], PACK_MULTIPLE)[0].idx)   # the rows our packing runs on
     hr, gr = _step(ref, batch, False, r_params, dtype, tape, monkeypatch, **r_kw)
     ho, go = _step(ours, batch, True, o_params, dtype, tape, monkeypatch, **o_kw)
     res["masks"] = len(tape.masks)
@@ -226,7 +227,7 @@ def test_dora_detached_norm_is_the_only_gradient_difference(batch, monkeypatch):
     """Unmodified peft detaches DoRA's weight norm (DoRA paper sec. 4.3); minBERT does not. Outputs and the magnitudes'
     gradients are the same either way; A and B get different gradients, and ours with the norm detached gets peft's"""
     ours, hfp, o_params, r_params = _lora_pair(True)
-    tape = DropoutTape(batch["attention_mask"].reshape(-1).nonzero().squeeze(1))
+    tape = DropoutTape(mask_packing(batch["attention_mask"], PACK_MULTIPLE)[0].idx)   # the rows our packing runs on
     hr, gr = _step(hfp, batch, False, r_params, "fp32", tape, monkeypatch)
     ho, go = _step(ours, batch, True, o_params, "fp32", tape, monkeypatch)
     assert _maxrel(ho, hr) <= 1e-5
