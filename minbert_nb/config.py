@@ -291,8 +291,9 @@ def schedule_config(self:TrainConfig) -> ScheduleConfig:
 
 # %% ../nbs/08c_config.ipynb #b139cebd
 # Fields added after runs were saved, with the value those runs had: a run folder written before a field existed still builds
-# the model it trained (adapters with shared LayerNorms; PAL attention with the backbone's head count)
-LEGACY_FIELDS = {"adapter_layernorm": "shared", "pal_heads": None}
+# the model it trained (adapters with shared LayerNorms; PAL attention with the backbone's head count), and a resumed run goes on
+# as it began (the CPU packing on the real tokens alone, so the same dropout draws)
+LEGACY_FIELDS = {"adapter_layernorm": "shared", "pal_heads": None, "pack_multiple": 1}
 
 def saved_config(d:dict) -> TrainConfig:
     """The `TrainConfig` of a saved run (its config.json, or a checkpoint's `config`): known fields, `LEGACY_FIELDS` where it
