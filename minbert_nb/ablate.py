@@ -22,7 +22,7 @@ from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbo
 from .multitask import MultitaskBert
 from .evaluate import prediction_path, raw_path
 from .config import TrainConfig
-from .checkpoint import write_json
+from .checkpoint import write_json, GracefulStop, TrainingInterrupted
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
 from .train import load_run, score_dev, amp_dtype, precision_name
 from .phases import run_training, phase_configs, copy_phase
@@ -420,14 +420,17 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
     over = dict(backbone=backbone, data_dir=data_dir, device=device)
     dev = default_device(device).type
     for f in ([out] if seeds is None else [seed_dir(out, s) for s in seeds]): _check_device(f, todo, table, dev)
-    if seeds is None:
-        records = {r.name: _row_or_stop(table, r, out, until, scale, progress, keep_checkpoints, **over)
-                   for r in tqdm(todo, desc=f"{table.id} ({scale})", unit="row", disable=not progress)}
-        return write_table(table, _done(table, out, records), out, scale)
-    per_seed = {}
-    for s in seeds:                               # a whole table per seed: an interrupted run leaves whole seeds behind it
-        per_seed[s] = {r.name: _row_or_stop(table, r, seed_dir(out, s), until, scale, progress, keep_checkpoints, seed=s, **over)
-                       for r in tqdm(todo, desc=f"{table.id} ({scale}, seed {s})", unit="row", disable=not progress)}
+    with GracefulStop() as stop:                  # a stop asked between rows (a row's own training has its own) ends the call there
+        def rows(folder, desc, **kw):
+            done = {}
+            for r in tqdm(todo, desc=desc, unit="row", disable=not progress):
+                if stop.requested: raise TrainingInterrupted(f"{stop.signal} between rows: {len(done)} of {len(todo)} rows in {folder} "
+                                                             "went through, the rest not started", stop.signal)
+                done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, **kw, **over)
+            return done
+        if seeds is None: return write_table(table, _done(table, out, rows(out, f"{table.id} ({scale})")), out, scale)
+        per_seed = {s: rows(seed_dir(out, s), f"{table.id} ({scale}, seed {s})", seed=s)   # a whole table per seed: an interrupted
+                    for s in seeds}                                                            # run leaves whole seeds behind it
     for d in out.glob("seed-*"):                  # seeds run earlier belong in the table too
         if d.name[5:].lstrip("-").isdigit(): _done(table, d, per_seed.setdefault(int(d.name[5:]), {}))
     return write_table(table, dict(sorted(per_seed.items())), out, scale, per_seed=True)

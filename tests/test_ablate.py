@@ -56,6 +56,22 @@ def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, 
     md = (out/"table.md").read_text()
     assert md.count("\n| ") == 1 + 4 and "000-T10" in md and "67.47" in md   # header + one line per paper row
 
+def test_a_stop_asked_between_rows_ends_the_call_there(tmp_path, monkeypatch):
+    "SIGINT or SIGTERM that arrives while no row trains (a background job ignores SIGINT there) is kept and ends the call before the next row"
+    import os, signal
+    from minbert_nb.checkpoint import TrainingInterrupted
+    ran = []
+    def row(table, r, folder, *a, **k):            # a row finishes, and a stop arrives before the next one starts
+        ran.append(r.name)
+        if len(ran) == 2: os.kill(os.getpid(), signal.SIGTERM)
+        return dict(table=table.id, row=r.name, status="ok")
+    monkeypatch.setattr(A, "_row_or_stop", row); before = signal.getsignal(signal.SIGTERM)
+    with pytest.warns(UserWarning, match="SIGTERM received"), pytest.raises(TrainingInterrupted) as e:
+        A.run_table("000-T10", tmp_path/"t10", "tiny", data_dir=str(SAMPLE), backbone=tiny_backbone_dir(), progress=False, seeds="0")
+    assert len(ran) == 2 and e.value.signal == "SIGTERM" and e.value.exit_code == 143
+    assert "2 of 4 rows" in str(e.value) and "the rest not started" in str(e.value)
+    assert signal.getsignal(signal.SIGTERM) is before      # the handler before the call is back
+
 def test_figures_and_frontier_from_a_tiny_run(tmp_path):
     "Table 4: three fine-tuned Sentence-BERT rows and their ensemble; the table figure and the parameter frontier"
     out, tiny = tmp_path/"t4", tiny_backbone_dir()      # the rows' bookkeeping and figures, not their scores: a tiny BERT
