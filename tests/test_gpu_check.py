@@ -55,13 +55,18 @@ def test_a_failing_path_fails_the_command(tmp_path, small_data, capsys):
     assert r["failed"] == ["eval"] and "needs the quick run" in r["paths"]["eval"]["error"]
     assert "eval         FAILED" in capsys.readouterr().out
 
-def test_the_static_sections_run_in_a_process_of_their_own(tmp_path, small_data):
+def test_the_static_sections_run_in_a_process_of_their_own(tmp_path, small_data, monkeypatch):
     """On CUDA the static step's sections run in a fresh process, since a failed graph recording leaves its process unable
-    to draw dropout masks; forced here on a CPU: the same figures come back, and a child's error comes back named"""
+    to draw dropout masks; forced here on a CPU. A section's figures come back from its child, and a child's error comes
+    back named; the static and graphs sections go through the same door (their figures in-process: the test above)"""
     import torch
+    from minbert_nb import gpu_check
     from minbert_nb.gpu_check import CheckRun, check_static, check_graphs, check_eval, _timeline
     c = CheckRun(torch.device("cpu"), "tiny", tmp_path, data_dir=str(small_data), fresh=True)
-    st, gr = check_static(c), check_graphs(c)
-    assert (st["eager_steps"], st["steps"], gr["graphs_max_diff"]) == (4, 4, 0.0) and gr["trained_max_change"] > 0
-    assert c.isolated(_timeline, "timeline-static", static_step=True)["steps"] == 4
+    assert c.isolated(_timeline, "timeline-static", static_step=True)["steps"] == 4          # a real child, its figures back
     with pytest.raises(RuntimeError, match="in its own process: FileNotFoundError: needs the quick run"): c.isolated(check_eval)
+    sent = []                                                                                # which sections take that door
+    monkeypatch.setattr(gpu_check, "in_fresh_process", lambda fn, *a, **kw: sent.append(fn.__name__) or {"from": fn.__name__})
+    assert (check_static(c), check_graphs(c)) == ({"from": "_check_static"}, {"from": "graphs_vs_eager"})
+    assert sent == ["_check_static", "graphs_vs_eager"]
+    assert CheckRun(torch.device("cpu"), "tiny", tmp_path / "b", data_dir=str(small_data)).fresh is False   # off CUDA, by default: in this process
