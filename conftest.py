@@ -23,6 +23,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # bf16 it would train in bf16 (00_core) and every checked score would move. The bf16 paths have tests of their own that ask
 # for bf16; MINBERT_CPU_BF16=1 runs the suite in bf16 (the checked outputs then differ).
 os.environ.setdefault("MINBERT_CPU_BF16", "0")
+# The commands the tests start as processes do not start themselves again with jemalloc (00_core: a second interpreter
+# and torch import each); tests/test_malloc.py checks that restart on its own.
+os.environ.setdefault("MINBERT_MALLOC", "glibc")
 
 _SKIP = re.compile(r"^#\|\s*(notest|gpu)\b", re.M)
 # A notebook's closing `nbdev.nbdev_export()` rewrites the package's modules: under test it would race the other

@@ -8,7 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/commands.html.md"""
 from __future__ import annotations
 import dataclasses, sys, time, warnings
 from pathlib import Path
-from .core import default_device, cli
+from .core import default_device, cli, restart_with_jemalloc
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, backbone_name, KNOWN_CONFIGS, read_config
 from .bert import BertConfig
 from .data import DataError
@@ -57,6 +57,8 @@ def minbert_train(argv=None):
     cfg, resume = parse_train_args(argv)
     try:
         if cfg.out and not resume and not cfg.dry_run and dist_env()[0] == 0: check_new_folder(cfg.out, "train")   # before any work
+        if argv is None and not cfg.dry_run and dist_env()[2] == 1 and default_device(cfg.device).type == "cpu":
+            restart_with_jemalloc()      # a command on a CPU: started again with jemalloc where installed (00_core), else goes on
         _check_hardware(cfg)
         if cfg.dry_run: dry_run(cfg); return
         if dist_env()[0] == 0:   # fetch what the run lacks (rank 0 only under torchrun), or stop with one message that says how

@@ -16,8 +16,9 @@ import minbert_nb
 
 # %% auto #0
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_has_native_bf16',
-           'cpu_bf16_supported', 'tune_cpu_allocator', 'count_params', 'to_device', 'stamp_figure', 'code_version',
-           'stamp_run_figure', 'arg_parser', 'add_arg', 'cli_parser', 'cli']
+           'cpu_bf16_supported', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded', 'cpu_malloc',
+           'restart_with_jemalloc', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
+           'arg_parser', 'add_arg', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #83fef909
 @dataclass
@@ -148,6 +149,39 @@ def tune_cpu_allocator(mmap_threshold:int=1 << 30, trim_threshold:int=(1 << 31) 
         libc = ctypes.CDLL("libc.so.6")
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold))
     except (OSError, AttributeError): return False   # not glibc (musl, macOS): nothing to tune
+
+# %% ../nbs/00_core.ipynb #81149b3a
+def find_jemalloc() -> str|None:
+    "jemalloc's shared library on this machine (e.g. Debian's `libjemalloc2`), as the dynamic loader finds it; None if absent"
+    if not sys.platform.startswith("linux"): return None
+    import ctypes.util
+    return ctypes.util.find_library("jemalloc")
+
+def jemalloc_loaded() -> bool:
+    "Whether this process allocates with jemalloc (preloaded, or linked in): read from its memory map (Linux)"
+    try: return "libjemalloc" in Path("/proc/self/maps").read_text()
+    except OSError: return False
+
+def cpu_malloc() -> str:
+    "The allocator of this process, as `metrics.json` records it: `jemalloc`, or `glibc`"
+    return "jemalloc" if jemalloc_loaded() else "glibc"
+
+def restart_with_jemalloc() -> bool:
+    """Start this command again with jemalloc preloaded (`os.execve`: same process id, same arguments and environment plus
+    `LD_PRELOAD`), where jemalloc is installed and not yet loaded and `MINBERT_MALLOC` is neither `default` nor `glibc`. Returns False
+    where it does not (the command goes on as it is); where it does, it does not return. Long CPU commands call it"""
+    if os.environ.get("MINBERT_MALLOC", "").lower() in ("default", "glibc") or os.environ.get("_MINBERT_MALLOC_RESTARTED") or jemalloc_loaded():
+        return False
+    lib = find_jemalloc()
+    if lib is None: return False
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)                     # `python -m pkg.mod`: start it the same way
+    argv = ["-m", spec.name, *sys.argv[1:]] if spec is not None and spec.name not in ("__main__", None) else list(sys.argv)
+    if not argv or argv[0] in ("", "-c", "-"): return False    # `python -c`, or interactive: nothing to start again
+    env = dict(os.environ, LD_PRELOAD=" ".join(x for x in (lib, os.environ.get("LD_PRELOAD")) if x), _MINBERT_MALLOC_RESTARTED="1")
+    sys.stdout.flush(); sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *subprocess._args_from_interpreter_flags(), *argv], env)
+
 
 # %% ../nbs/00_core.ipynb #28b80540
 def count_params(model:torch.nn.Module, trainable:bool=False) -> int:

@@ -11,7 +11,7 @@ import pandas as pd
 import torch
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import arg_parser, add_arg, default_device
+from .core import arg_parser, add_arg, default_device, restart_with_jemalloc
 from .data import DataError
 from .config import TrainConfig
 from .phases import phase_configs
@@ -464,9 +464,11 @@ def parse_ablate(argv:list) -> tuple:
 def minbert_ablate(argv:list|None=None):
     """Run the tables of the four CS224N reports (Liu & Shen (000), Lee & Li (002), Chan (003), Wang (004)) beside the papers' numbers, and judge their claims:
     `minbert_ablate list | table ID | plan | report | reproduce` (`--list`, `--table ID`, `--plan`, `--report`, `--reproduce` work too)"""
-    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    console, argv = argv is None, sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
         command, kw = parse_ablate(argv)
+        if console and command in ("table", "reproduce") and default_device(kw.get("device")).type == "cpu":
+            restart_with_jemalloc()        # trainings on a CPU: started again with jemalloc where installed (00_core), else go on
         _COMMANDS[command][0](**kw)
     except TrainingInterrupted as e:   # a row's run saved its checkpoint: the same call continues it (exit 130 after Ctrl-C, 143 after SIGTERM)
         print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
