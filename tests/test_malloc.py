@@ -10,7 +10,7 @@ from minbert_nb.pretrained import tiny_backbone
 def test_a_cpu_training_command_restarts_itself_with_jemalloc(tmp_path, small_data):
     script = tmp_path / "minbert_train"                     # what pip's console-script wrapper does
     script.write_text("import sys\nfrom minbert_nb.commands import minbert_train\nsys.exit(minbert_train())\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("MINBERT_MALLOC", "LD_PRELOAD", "_MINBERT_MALLOC_RESTARTED")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MINBERT_MALLOC", "LD_PRELOAD", "_MINBERT_MALLOC_RESTARTED", "MALLOC_CONF")}
     out = tmp_path / "run"
     args = ["--preset", "quick", "--backbone", str(tiny_backbone(tmp_path / "tiny")), "--out", str(out), "--data_dir", str(small_data),
             "--device", "cpu", "--epochs", "1", "--steps_per_epoch", "2", "--batch_size", "4", "--train_limit", "24", "--dev_limit", "16",
