@@ -424,8 +424,8 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
         def rows(folder, desc, **kw):
             done = {}
             for r in tqdm(todo, desc=desc, unit="row", disable=not progress):
-                if stop.requested: raise TrainingInterrupted(f"{stop.signal} between rows: {len(done)} of {len(todo)} rows in {folder} "
-                                                             "went through, the rest not started", stop.signal)
+                if stop.requested: raise TrainingInterrupted(f"{stop.signal} between rows, or in a row's last evaluation: {len(done)} of "
+                                                             f"{len(todo)} rows in {folder} went through, the rest not started", stop.signal)
                 done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, **kw, **over)
             return done
         if seeds is None: return write_table(table, _done(table, out, rows(out, f"{table.id} ({scale})")), out, scale)

@@ -164,6 +164,9 @@ class GracefulStop:
 
     def __exit__(self, *exc):
         for s, h in self._old.items(): signal.signal(s, h)
+        if self.requested:   # a stop asked inside stays asked outside: an enclosing GracefulStop (a table around its rows) sees it too
+            for outer in {getattr(h, "__self__", None) for h in self._old.values()}:
+                if isinstance(outer, GracefulStop) and not outer.requested: outer.requested, outer.signal = True, self.signal
         return False
 
 class TrainingInterrupted(Exception):

@@ -72,6 +72,22 @@ def test_a_stop_asked_between_rows_ends_the_call_there(tmp_path, monkeypatch):
     assert "2 of 4 rows" in str(e.value) and "the rest not started" in str(e.value)
     assert signal.getsignal(signal.SIGTERM) is before      # the handler before the call is back
 
+def test_a_stop_a_row_caught_in_its_last_evaluation_ends_the_call_after_it(tmp_path, monkeypatch):
+    "A row's own GracefulStop catches the signal when the row has no step left to stop at: the row finishes, the table stops there"
+    import os, signal
+    from minbert_nb.checkpoint import GracefulStop, TrainingInterrupted
+    ran = []
+    def row(table, r, folder, *a, **k):
+        ran.append(r.name)
+        with GracefulStop() as own:                 # the row's training: the signal comes during its last evaluation
+            if len(ran) == 2: os.kill(os.getpid(), signal.SIGINT)
+        assert own.requested == (len(ran) == 2)
+        return dict(table=table.id, row=r.name, status="ok")
+    monkeypatch.setattr(A, "_row_or_stop", row)
+    with pytest.warns(UserWarning, match="SIGINT received"), pytest.raises(TrainingInterrupted) as e:
+        A.run_table("000-T10", tmp_path/"t10", "tiny", data_dir=str(SAMPLE), backbone=tiny_backbone_dir(), progress=False, seeds="0")
+    assert len(ran) == 2 and e.value.exit_code == 130 and "2 of 4 rows" in str(e.value)
+
 def test_figures_and_frontier_from_a_tiny_run(tmp_path):
     "Table 4: three fine-tuned Sentence-BERT rows and their ensemble; the table figure and the parameter frontier"
     out, tiny = tmp_path/"t4", tiny_backbone_dir()      # the rows' bookkeeping and figures, not their scores: a tiny BERT
