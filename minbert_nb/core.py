@@ -15,10 +15,10 @@ from fastcore.basics import patch
 import minbert_nb
 
 # %% auto #0
-__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'JEMALLOC_CONF', 'BertConfig', 'tiny_config', 'set_seed', 'default_device',
-           'cpu_has_native_bf16', 'cpu_bf16_supported', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded',
-           'cpu_malloc', 'restart_with_jemalloc', 'count_params', 'to_device', 'stamp_figure', 'code_version',
-           'stamp_run_figure', 'arg_parser', 'add_arg', 'cli_parser', 'cli']
+__all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_has_native_bf16',
+           'cpu_bf16_supported', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded', 'cpu_malloc',
+           'restart_with_jemalloc', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
+           'arg_parser', 'add_arg', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #83fef909
 @dataclass
@@ -151,8 +151,6 @@ def tune_cpu_allocator(mmap_threshold:int=1 << 30, trim_threshold:int=(1 << 31) 
     except (OSError, AttributeError): return False   # not glibc (musl, macOS): nothing to tune
 
 # %% ../nbs/00_core.ipynb #81149b3a
-JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"   # keep freed pages in the process, as `tune_cpu_allocator` does for glibc
-
 def find_jemalloc() -> str|None:
     "jemalloc's shared library on this machine (e.g. Debian's `libjemalloc2`), as the dynamic loader finds it; None if absent"
     if not sys.platform.startswith("linux"): return None
@@ -170,7 +168,7 @@ def cpu_malloc() -> str:
 
 def restart_with_jemalloc() -> bool:
     """Start this command again with jemalloc preloaded (`os.execve`: same process id, same arguments and environment plus
-    `LD_PRELOAD`, and `MALLOC_CONF` unless set), where jemalloc is installed and not yet loaded and `MINBERT_MALLOC` is neither `default` nor `glibc`. Returns False
+    `LD_PRELOAD`), where jemalloc is installed and not yet loaded and `MINBERT_MALLOC` is neither `default` nor `glibc`. Returns False
     where it does not (the command goes on as it is); where it does, it does not return. Long CPU commands call it"""
     if os.environ.get("MINBERT_MALLOC", "").lower() in ("default", "glibc") or os.environ.get("_MINBERT_MALLOC_RESTARTED") or jemalloc_loaded():
         return False
@@ -181,7 +179,6 @@ def restart_with_jemalloc() -> bool:
     argv = ["-m", spec.name, *sys.argv[1:]] if spec is not None and spec.name not in ("__main__", None) else list(sys.argv)
     if not argv or argv[0] in ("", "-c", "-"): return False    # `python -c`, or interactive: nothing to start again
     env = dict(os.environ, LD_PRELOAD=" ".join(x for x in (lib, os.environ.get("LD_PRELOAD")) if x), _MINBERT_MALLOC_RESTARTED="1")
-    env.setdefault("MALLOC_CONF", JEMALLOC_CONF)                # yours, where you set one
     sys.stdout.flush(); sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *subprocess._args_from_interpreter_flags(), *argv], env)
 
