@@ -190,7 +190,11 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         folder.mkdir(parents=True, exist_ok=True); write_json(asdict(c), folder/"config.json"); write_json(m, folder/"metrics.json")
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
-        if folder.is_dir() and not resume: shutil.rmtree(folder)     # a start that never reached a checkpoint (in this table's folder): start again
+        if folder.is_dir() and not resume:   # no checkpoint (in this table's folder): a start that never reached one, or one whose last.pt is gone
+            h = folder/"history.csv"; done = max(len(h.read_text().splitlines()) - 1, 0) if h.is_file() else 0
+            if done: print(f"{folder}: history.csv has {done} epoch(s) but there is no checkpoint (last.pt) to continue from "
+                           "(deleted, or left on another machine): this run trains again from its start")
+            shutil.rmtree(folder)
         twin = None if resume or eval_tasks else twin_run(cfg, folder, predictions)
         if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
             m = copy_phase(twin, folder, ignore=("*.pt", "row.json", ".*"))   # copied_from e.g. 004-T3-short/seed-0/rows/...

@@ -56,6 +56,22 @@ def test_an_interrupted_table_resumes_without_rerunning_finished_rows(tmp_path, 
     md = (out/"table.md").read_text()
     assert md.count("\n| ") == 1 + 4 and "000-T10" in md and "67.47" in md   # header + one line per paper row
 
+def test_a_row_whose_checkpoint_is_gone_trains_again_and_says_so(tmp_path, monkeypatch, capsys):
+    "A row folder with epochs in history.csv and no last.pt (deleted, or the run began on another machine) starts over, named"
+    calls, real = [], A.run_training
+    def counting(cfg, *a, **k): calls.append((cfg.preset, k.get("resume"))); return real(cfg, *a, **k)
+    monkeypatch.setattr(A, "run_training", counting)
+    out, data, tiny = tmp_path/"t10", str(SAMPLE), tiny_backbone_dir()
+    A.run_table("000-T10", out, "tiny", rows=[1], data_dir=data, backbone=tiny, progress=False)
+    row = next((out/"rows").iterdir())
+    (row/"metrics.json").unlink(); (row/"row.json").unlink()     # as a run stopped after its epochs whose checkpoint did not travel
+    assert not any(row.rglob("last.pt")) and len((row/"history.csv").read_text().splitlines()) > 1
+    calls.clear(); capsys.readouterr()
+    df = A.run_table("000-T10", out, "tiny", rows=[1], data_dir=data, backbone=tiny, progress=False)
+    assert calls == [("000-T10/Round Robin", False)] and df.loc[0, "status"].startswith("ok")
+    said = capsys.readouterr().out
+    assert f"{row}: history.csv has" in said and "no checkpoint (last.pt)" in said and "trains again from its start" in said, said
+
 def test_a_stop_asked_between_rows_ends_the_call_there(tmp_path, monkeypatch):
     "SIGINT or SIGTERM that arrives while no row trains (a background job ignores SIGINT there) is kept and ends the call before the next row"
     import os, signal
