@@ -6,7 +6,8 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 
 # %% ../nbs/16e_reproduce.ipynb #7e36506e
 from __future__ import annotations
-import argparse, itertools, os, subprocess, sys, time
+import argparse, itertools, json, os, subprocess, sys, time
+import numpy as np
 import pandas as pd
 import torch
 from pathlib import Path
@@ -18,7 +19,7 @@ from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
-from .table_report import write_table
+from .table_report import write_table, device_type
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision)
 from .claims import CLAIMS
@@ -28,8 +29,8 @@ from .verdicts import row_runs, write_report, verdicts_frame
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
            'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'budget_claims', 'ablate_plan', 'ablate_reproduce',
-           'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
+           'ablate_show', 'ablate_report', 'plan_summary', 'row_minutes', 'plan_times', 'budget_claims', 'ablate_plan',
+           'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -329,6 +330,42 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
                f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again"
                for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
+# %% ../nbs/16e_reproduce.ipynb #11c1e73c
+def row_minutes(table_id:str, name:str, results, scale:str, device:str) -> list:
+    """The wall minutes of each finished seed of row `name` of `table_id` under `results` at `scale`, trained on `device` (a
+    type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) is left out (it took seconds)"""
+    t, folder, out = TABLES[table_id], Path(results)/f"{table_id}-{scale}", []
+    for s in folder_seeds(folder):
+        ms = [json.loads((r/"metrics.json").read_text()) for r in row_runs(t, t.row(name), seed_dir(folder, s))]
+        if ms and not any("copied_from" in m for m in ms) and all(device_type(m) == device and m.get("wall_time_s") for m in ms):
+            out.append(sum(m["wall_time_s"] for m in ms) / 60)
+    return out
+
+def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
+    """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
+    `row_minutes` on the call's device under `results`, else under `earlier` (marked *); copies and ensembles count nothing"""
+    here, lines, total, star, never = here_device(device), [], {}, False, 0
+    for c in calls:
+        t_id, s = c[1], int(c[c.index("--seeds") + 1])
+        dev = c[c.index("--device") + 1] if "--device" in c else here
+        mins, timed, old, untimed, free = 0.0, 0, 0, 0, 0
+        for i in map(int, c[c.index("--rows") + 1].split(",")):
+            r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
+            if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
+            m = row_minutes(t_id, r.name, results, scale, dev)
+            if not m and earlier: m = row_minutes(t_id, r.name, earlier, scale, dev); old += bool(m)
+            if m: mins, timed = mins + float(np.median(m)), timed + 1
+            else: untimed += 1
+        star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
+        lines.append(f"  {t_id} seed {s}: about {mins / 60:.1f} h on {dev}{'*' if old else ''} ({timed} row(s) timed"
+                     + (f", {old} of them from earlier runs*" if old else "") + (f"; {untimed} never run on {dev}, not counted" if untimed else "")
+                     + (f"; {free} copied from a twin row or ensembled: seconds" if free else "") + ")")
+    if not lines: return []
+    head = ("time, from the wall time of the same rows' finished runs (the median of their seeds, as they ran, most two at a time"
+            + ("; * from their runs at the earlier settings" if star else "") + "):")
+    return [head, *lines, "  in all: " + ", ".join(f"about {m / 60:.1f} h on {d}" for d, m in total.items())
+            + (f", and {never} row run(s) never timed on their device" if never else "")]
+
 # %% ../nbs/16e_reproduce.ipynb #e2d7695c
 def _chains_hint(calls:list) -> str:
     "`calls` (`plan_commands`) as chains of `tools/gpu_tables.py run`, for a GPU"
@@ -361,7 +398,7 @@ def ablate_plan(results:str="results/ablate", scale:str|None=None, device:str|No
         if not claims: return []
     plan = plan_frame(results, scale, device=device, claims=claims); calls = plan_commands(plan, scale, device)
     print(plan_summary(plan, scale, results))
-    for line in ["minbert_ablate " + " ".join(c) for c in calls] + _plan_notes(plan, results, scale): print(line)
+    for line in ["minbert_ablate " + " ".join(c) for c in calls] + _plan_notes(plan, results, scale) + plan_times(plan, calls, results, scale, device): print(line)
     calls, away = calls_here(calls, device)
     for c in away: print(f"note: left for a machine with {c[c.index('--device') + 1]} (this seed's finished runs trained there): "
                          "minbert_ablate " + " ".join(c))
@@ -427,7 +464,7 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
              ("scale",)),
     "table": (ablate_table, "run (or continue) a table's rows, then print it beside the paper's numbers",
               ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until", "cpu_bf16")),
-    "plan": (ablate_plan, "no training: the runs the report still needs under --results, and the `table` calls that make them",
+    "plan": (ablate_plan, "no training: the runs the report still needs under --results, the `table` calls that make them, and about how long each takes",
              ("results", "scale", "device", "budget")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "
                               "figures), and plan.csv", ("results", "report_out", "scale", "earlier")),
