@@ -8,7 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 from __future__ import annotations
 try: import fcntl
 except ImportError: fcntl = None   # not on Windows: the table's check then runs unlocked
-import dataclasses, json, os, re, shutil, time
+import dataclasses, json, os, re, shutil, statistics, time
 from dataclasses import asdict
 from pathlib import Path
 import pandas as pd
@@ -33,7 +33,8 @@ from .table_report import merge_metrics, device_type, write_table
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
-           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'auto_precision', 'run_table']
+           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'auto_precision',
+           'row_minutes', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -396,24 +397,48 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
     return records
 
+def row_minutes(table:PaperTable, row:Row, root, device:str) -> list:
+    """The wall minutes of each finished seed of `row` in the table folder `root` (its seed-K folders, or itself) trained on
+    `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
+    ensemble, which took seconds, are left out"""
+    out = []
+    for f in sorted(Path(root).glob("seed-*")) or [Path(root)]:
+        rec = row_record(f, table, row)
+        if rec is None or rec.get("status") != "ok" or not rec.get("runs"): continue
+        ms = [json.loads((Path(r)/"metrics.json").read_text()) for r in rec["runs"] if (Path(r)/"metrics.json").is_file()]
+        if (len(ms) == len(rec["runs"]) and not any("copied_from" in m for m in ms)
+                and all(device_type(m) == device and m.get("wall_time_s") for m in ms)):
+            out.append(sum(m["wall_time_s"] for m in ms) / 60)
+    return out
+
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
-    """`run_row`, unless Unix time `until` has passed: then a row that would train stays not run (no row.json). What trains
-    nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose original is
-    done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row whose runs are
-    finished twins' to copy (`copies_only`)"""
+    """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`)
+    than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may still start.
+    What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
+    original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
+    whose runs are finished twins' to copy (`copies_only`)"""
     def done(n):
         r = table.row(n)
         return row_record(out, table, r) is not None or bool(r.same_as and done(r.same_as))
     ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
-    if until is not None and time.time() >= until and not ready and not copies_only(table, row, out, *args[:1], **kw):
-        return dict(table=table.id, row=row.name, status="not run", reason="not started: the time given (--hours) was up")
+    if until is None or ready or copies_only(table, row, out, *args[:1], **kw): return run_row(table, row, out, *args, **kw)
+    left, why = until - time.time(), None
+    if left <= 0: why = "not started: the time given (--hours) was up"
+    elif took := row_minutes(table, row, Path(out).parent if Path(out).name.startswith("seed-") else out,
+                             default_device(kw.get("device")).type):
+        if 60 * statistics.median(took) > left:
+            why = (f"not started: its finished seeds took about {statistics.median(took):.0f} min (the median of {len(took)}), "
+                   f"{left / 60:.0f} min were left of the time given (--hours)")
+            print(f"{table.id} / {row.name}: {why}")
+    if why: return dict(table=table.id, row=row.name, status="not run", reason=why)
     return run_row(table, row, out, *args, **kw)
 
 # %% ../nbs/16b_ablate.ipynb #c32c9b96
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
               progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
-    and the figures. No row starts after Unix time `until` (the one running finishes; the rest stay not run, to resume later)"""
+    and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left (the one
+    running finishes; the rest stay not run, to resume later)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")

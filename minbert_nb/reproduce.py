@@ -21,7 +21,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, device_type
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision)
+                               trains_nothing, run_precisions, auto_precision, row_minutes)
 from .claims import CLAIMS
 from .verdicts import row_runs, write_report, verdicts_frame
 
@@ -29,7 +29,7 @@ from .verdicts import row_runs, write_report, verdicts_frame
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
            'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'row_minutes', 'plan_times', 'budget_claims', 'ablate_plan',
+           'ablate_show', 'ablate_report', 'plan_summary', 'plan_times', 'budget_claims', 'ablate_plan',
            'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
@@ -331,16 +331,6 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
                for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
-def row_minutes(table_id:str, name:str, results, scale:str, device:str) -> list:
-    """The wall minutes of each finished seed of row `name` of `table_id` under `results` at `scale`, trained on `device` (a
-    type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) is left out (it took seconds)"""
-    t, folder, out = TABLES[table_id], Path(results)/f"{table_id}-{scale}", []
-    for s in folder_seeds(folder):
-        ms = [json.loads((r/"metrics.json").read_text()) for r in row_runs(t, t.row(name), seed_dir(folder, s))]
-        if ms and not any("copied_from" in m for m in ms) and all(device_type(m) == device and m.get("wall_time_s") for m in ms):
-            out.append(sum(m["wall_time_s"] for m in ms) / 60)
-    return out
-
 def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
     """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
     `row_minutes` on the call's device under `results`, else under `earlier` (marked *); copies and ensembles count nothing"""
@@ -352,8 +342,8 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
-            m = row_minutes(t_id, r.name, results, scale, dev)
-            if not m and earlier: m = row_minutes(t_id, r.name, earlier, scale, dev); old += bool(m)
+            m = row_minutes(TABLES[t_id], r, Path(results)/f"{t_id}-{scale}", dev)
+            if not m and earlier: m = row_minutes(TABLES[t_id], r, Path(earlier)/f"{t_id}-{scale}", dev); old += bool(m)
             if m: mins, timed = mins + float(np.median(m)), timed + 1
             else: untimed += 1
         star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
@@ -449,7 +439,7 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "seeds": (None, str, "run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd"),
     "quiet": (False, bool, "no progress bars"),
     "workers": (1, int, "runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)"),
-    "hours": (None, float, "start no run after this many hours (those running finish; the rest resumes later)"),
+    "hours": (None, float, "start no run after this many hours, nor one whose finished seeds took longer than the time left (those running finish; the rest resumes later)"),
     "until": (None, float, "the same as a Unix time (what `reproduce` passes to its calls)"),
     "results": ("results/ablate", str, "where the tables' run folders are"),
     "report_out": ("results/reproduction", str, "where claims.csv, report.md, budget.csv, plan.csv and the figures go"),

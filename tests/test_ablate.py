@@ -212,3 +212,22 @@ def test_reproduce_exports_what_the_command_calls():
     import minbert_nb.reproduce as R
     for n in ("claim_rows", "plan_frame", "plan_commands", "write_plan", "worker_env", "run_calls", "table_from_runs"):
         assert callable(getattr(R, n, None)) and n in R.__all__, n
+
+def test_a_row_that_would_not_end_in_time_is_not_started_and_a_shorter_one_is(tmp_path, capsys):
+    "With --hours / --until a row whose finished seeds took longer than the time left stays for later; the next row may still run"
+    import time
+    out, t10 = tmp_path/"t10", A.TABLES["000-T10"]
+    f = A.row_dir(A.seed_dir(out, 0), t10, t10.rows[0]); f.mkdir(parents=True)   # seed 0 of row 1 took 90 minutes on this device
+    dev = A.default_device(None).type
+    m = dict(wall_time_s=5400, device=dev, sst_acc=.5, para_acc=.5, sts_corr=.5)
+    (f/"metrics.json").write_text(json.dumps(m))
+    (f/"row.json").write_text(json.dumps(dict(table=t10.id, row=t10.rows[0].name, status="ok", runs=["."], wall_s=5400, metrics=m,
+                                              backbone="tiny", data="sample")))
+    (out/"ablate.json").write_text(json.dumps(dict(table=t10.id, scale="tiny", backbone=tiny_backbone_dir())))
+    A.run_table("000-T10", out, "tiny", rows=[1, 2], data_dir=str(SAMPLE), backbone=tiny_backbone_dir(), progress=False,
+                seeds=[1], until=time.time() + 1800)
+    said = capsys.readouterr().out
+    assert "000-T10 / Round Robin: not started: its finished seeds took about 90 min (the median of 1), " in said and "min were left" in said, said
+    s1 = A.seed_dir(out, 1)
+    assert A.row_record(s1, t10, t10.rows[0]) is None                       # left for later
+    assert A.row_record(s1, t10, t10.rows[1])["status"] == "ok"             # row 2 was never timed: it started
