@@ -21,13 +21,14 @@ from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'HOLM_UNTESTED', 'EARLIER',
-           'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict', 'null_verdict', 'within_verdict', 'claim_verdict',
-           'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
-           'run_compute', 'table_setting', 'by_device', 'member_pairs', 'member_text', 'judge', 'claims_frame',
-           'p_value', 'agreement', 'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed',
-           'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'plot_claims', 'compute_text',
-           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'report_markdown',
-           'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
+           'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict',
+           'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs',
+           'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
+           'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
+           'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
+           'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts', 'plot_claims', 'compute_text',
+           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'moved_frame',
+           'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -510,6 +511,26 @@ def superseded_earlier(results, earlier, root=".", scale:str|None=None, claims=N
     seeds = claims_frame(results, root, scale, claims).groupby("table")["seeds"].min()
     return [info["folder"] for t, n in seeds.items() if n >= MIN_SEEDS and (info := pick_folder(old.get(t, []), scale))]
 
+EARLIER_CLAIMS = "claims.csv"   # in the earlier folder: each claim's line from those runs alone, kept when their table's folder goes
+EARLIER_COLUMNS = CSV_COLUMNS + ("agreement", "equivalence", "seed_diffs")   # Holm's needs the whole family: not kept
+
+def keep_earlier_verdicts(earlier, tables=None, root=".", scale:str|None=None) -> Path:
+    """Write into `earlier`/claims.csv the line (EARLIER_COLUMNS) that each claim of `tables` (default: every table with a folder
+    in `earlier`) gets from the runs there alone, in place of those claims' earlier lines; the other claims' lines stay.
+    `tools/pack_results.py` calls it before it removes a table's folder, so that the report can set each verdict at the papers'
+    settings beside the one the earlier settings gave (`moved_frame`)"""
+    found, f = earlier_folders(earlier), Path(earlier)/EARLIER_CLAIMS
+    claims = {k: c for k, c in CLAIMS.items() if c.table in found and (tables is None or c.table in tables)}
+    kept = pd.read_csv(f) if f.is_file() else pd.DataFrame(columns=list(EARLIER_COLUMNS))
+    if claims:
+        new = verdicts_frame(Path(earlier)/"-", root, scale, earlier, claims)   # no folder "-": every line from `earlier`
+        new = new.loc[new["seeds"] > 0, list(EARLIER_COLUMNS)]
+        kept = pd.concat([kept[~kept["claim"].isin(new["claim"])], new]) if len(kept) else new
+    order = {k: i for i, k in enumerate(CLAIMS)}
+    kept = kept.sort_values("claim", key=lambda s: s.map(lambda c: order.get(c, len(order))), kind="stable")
+    kept.to_csv(f, index=False)
+    return f
+
 # %% ../nbs/16d_verdicts.ipynb #ac7470fa
 def plot_claims(df:pd.DataFrame, table:str, path, commit:str|None=None, key:str|None=None):
     """Every claim of `table` on one line: each seed's A − B as a point, their mean with its 95% interval, and the paper's
@@ -669,9 +690,35 @@ def _claim_lines(r, p:bool, root=".") -> list:
     return out
 
 # %% ../nbs/16d_verdicts.ipynb #585c4f50
-def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None) -> str:
+def moved_frame(df:pd.DataFrame, earlier) -> pd.DataFrame:
+    """Each claim of `df` read at its paper's settings (`settings` = paper) beside its line from the earlier settings
+    (`earlier`/claims.csv, `keep_earlier_verdicts`): ours, interval and verdict of both; `moved` where the verdict changed"""
+    f = Path(earlier)/EARLIER_CLAIMS if earlier is not None else None
+    if f is None or not f.is_file() or "settings" not in df: return pd.DataFrame(columns=["claim", "moved"])
+    old = pd.read_csv(f).set_index("claim")[["ours_diff", "ci_low", "ci_high", "seeds", "verdict"]].add_prefix("earlier_")
+    now = df.loc[df["settings"] == "paper", ["claim", "table", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict"]]
+    mv = now.join(old, on="claim", how="inner")
+    return mv.assign(moved=mv["verdict"] != mv["earlier_verdict"]).reset_index(drop=True)
+
+def moved_lines(mv:pd.DataFrame) -> list:
+    "report.md's lines on the claims re-run at their papers' settings, each beside its reading at the earlier settings; none before any"
+    if mv is None or mv.empty: return []
+    k, iv = int(mv["moved"].sum()), lambda d, lo, hi, p: f"{_f(d, p)} [{_f(lo, p)}, {_f(hi, p)}]"
+    out = [f"Settings: {len(mv)} claim(s) have re-run at their papers' settings; {len(mv) - k} kept the verdict the earlier "
+           "settings gave" + (f", {k} moved: " + "; ".join(f"{r.claim} {r.earlier_verdict} → **{r.verdict}**"
+                                                          for r in mv[mv["moved"]].itertuples()) if k else "") + ".", "",
+           "| claim | paper | earlier settings [95% interval] | verdict | papers' settings [95% interval] | verdict |",
+           "|---|---|---|---|---|---|"]
+    for r in mv.itertuples():
+        p = TABLES[r.table].percent
+        out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {iv(r.earlier_ours_diff, r.earlier_ci_low, r.earlier_ci_high, p)} | "
+                   f"{r.earlier_verdict} | {iv(r.ours_diff, r.ci_low, r.ci_high, p)} | {'**' * r.moved}{r.verdict}{'**' * r.moved} |")
+    return out + [""]
+
+def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None, moved:pd.DataFrame|None=None) -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
-    claim, the budget question of the contradicted ones (`budget`: `budget_frame`), then per table its figure and each claim with its evidence"""
+    claim, the claims re-run at their papers' settings beside their earlier readings (`moved`: `moved_frame`), the budget
+    question of the contradicted ones (`budget`: `budget_frame`), then per table its figure and each claim with its evidence"""
     counts = df["verdict"].value_counts()
     earlier = int((df.get("settings", pd.Series(dtype=str)) == "earlier").sum())
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
@@ -681,7 +728,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
            *([f"Settings: {earlier} of the {len(df)} claims rest on {EARLIER} (`settings` = earlier)"
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
-           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "",
+           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "", *moved_lines(moved),
            *(budget_lines(budget) if budget is not None else []),
            *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
@@ -779,7 +826,7 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
         for src_, flag in ((found, "paper"), (old, "earlier")):
             if (g["settings"] == flag).any() and (info := pick_folder(src_.get(t, []), scale)): runs += _counted_runs(info)[0]
     bq = budget_frame(df, results, root); bq.to_csv(out/"budget.csv", index=False)
-    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root, bq))
+    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root, bq, moved_frame(df, earlier)))
     for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)

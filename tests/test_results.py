@@ -1,5 +1,5 @@
 "The committed results: no machine's folders in any run file, and a size a clone can carry"
-import importlib.util, subprocess
+import importlib.util, json, subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,3 +67,19 @@ def test_no_earlier_table_that_nothing_reads():
     tracked = {str(Path(p).parent) for p in _tracked()}
     left = [d for d in PK.superseded(ROOT/"results") if any((t + "/").startswith(f"{d.relative_to(ROOT)}/") for t in tracked)]
     assert not left, f"{[str(d.relative_to(ROOT)) for d in left]}: no claim reads these any more; run python tools/pack_results.py --apply"
+
+def test_pack_results_keeps_a_tables_earlier_lines_before_it_removes_its_folder(tmp_path, monkeypatch):
+    "The lines a table's claims got at the earlier settings outlive its folder: written into claims.csv beside it, then it goes"
+    import minbert_nb.verdicts as V
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    old = tmp_path/"results"/"ablate-scale-rates"/"000-T11-short"; (old/"seed-0"/"rows").mkdir(parents=True)
+    (old/"ablate.json").write_text(json.dumps(dict(table="000-T11", scale="short", backbone=None)))
+    seen = []
+    def keep(earlier, tables, root): seen.append((Path(earlier), tables, Path(root), old.is_dir()))
+    monkeypatch.setattr(V, "keep_earlier_verdicts", keep)
+    monkeypatch.setattr(PK, "superseded", lambda results: [old])
+    PK.main(["--results", str(tmp_path/"results")])                           # a dry run keeps and removes nothing
+    assert seen == [] and old.is_dir()
+    PK.main(["--results", str(tmp_path/"results"), "--apply"])
+    assert seen == [(old.parent, ["000-T11"], tmp_path, True)] and not old.exists()   # kept while the folder was there, then removed

@@ -14,7 +14,9 @@ keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the 
 
 Earlier runs: a table folder of results/ablate-scale-rates (runs made while the scales set every row's optimiser) that the
 report reads no more, because every claim of its table has its three seeds under results/ablate at its paper's settings
-(`superseded_earlier`), is removed; git history keeps it.
+(`superseded_earlier`), is removed; git history keeps it. Before it goes, the lines its claims get from those runs alone
+are written into results/ablate-scale-rates/claims.csv (`keep_earlier_verdicts`), where the report reads them to set each
+verdict at the papers' settings beside the one the earlier settings gave.
 
 Figures: every PNG under results/ is stored with a palette of at most 256 colours (`pack_png`): a plot's lines, points and
 text lose nothing visible, the file about 60% of its bytes. Its text chunks (the key a report figure keeps in `Comment`)
@@ -93,8 +95,11 @@ def main(argv=None):
     for d in gone:
         freed += sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
         print(f"{d.relative_to(results.parent)}: every claim of its table has its seeds under {results.name}/ablate; "
-              + ("removed" if a.apply else "to be removed"))
-        if a.apply: shutil.rmtree(d)
+              + ("its claims' earlier lines kept in claims.csv beside it, and removed" if a.apply else "to be removed (its claims' earlier lines kept first)"))
+        if a.apply:
+            from minbert_nb.verdicts import keep_earlier_verdicts
+            keep_earlier_verdicts(d.parent, [json.loads((d/"ablate.json").read_text())["table"]], results.parent)
+            shutil.rmtree(d)
     for f, what in pl.items():
         if what == "drop":
             freed += f.stat().st_size
