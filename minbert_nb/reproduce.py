@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 
 # %% ../nbs/16e_reproduce.ipynb #7e36506e
 from __future__ import annotations
-import argparse, itertools, json, os, subprocess, sys, time
+import argparse, itertools, os, subprocess, sys, time
 import numpy as np
 import pandas as pd
 import torch
@@ -19,7 +19,7 @@ from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
-from .table_report import write_table, device_type
+from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision, row_minutes)
 from .claims import CLAIMS

@@ -271,7 +271,7 @@ def _stale_note(c:Claim, info:dict|None) -> str:
 
 def _waiting(c:Claim, t:PaperTable, got:dict, scale:str|None) -> str:
     "What claim `c` still waits for, short of MIN_SEEDS paired seeds: each row without a run and at which seeds (`got`: seed -> folder)"
-    if None in got: return f"every row at seeds 0, 1, 2: this folder holds one run per row (run the table with --seeds 0,1,2)"
+    if None in got: return "every row at seeds 0, 1, 2: this folder holds one run per row (run the table with --seeds 0,1,2)"
     todo = {}
     for s in sorted(set(range(MIN_SEEDS)) | set(got)):
         for n in dict.fromkeys(c.a + c.b):
