@@ -112,8 +112,10 @@ def minbert_predict(run_dir:str,          # a minbert_train run folder
         except (DataError, OSError, ValueError, RuntimeError) as e: sys.exit(f"minbert_predict: {e}")
         for k, v in out.items(): print(f"{k}: {v}")
         return
-    if not want or (bad := [s for s in want if s not in ("dev", "test")]):
-        sys.exit(f"minbert_predict: --splits {splits!r}: expected dev, test or dev,test (CS224N's prediction files).")
+    bad = [s for s in want if s not in ("dev", "test")]
+    if not want or bad:
+        sys.exit(f"minbert_predict: --splits {splits!r}: " + (f"{', '.join(bad)} has no prediction file; " if bad else "")
+                 + "expected dev, test or dev,test (CS224N's prediction files).")
     try:
         model, cfg = load_run(run_dir, device)
         if data_dir: cfg = dataclasses.replace(cfg, data_dir=str(expand(data_dir)))

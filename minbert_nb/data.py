@@ -86,7 +86,8 @@ def _check_kind(self:TaskSpec, bad):
 def _check_choices(self:TaskSpec, bad):
     "How the task is scored and modelled: metrics (default: the primary), head, loss, pair mode and prior shift that fit its target"
     m = (self.metrics,) if isinstance(self.metrics, str) else tuple(self.metrics or TARGET_METRICS[self.target][:1])
-    if bad_m := [x for x in m if x not in TARGET_METRICS[self.target]]: bad("metrics", list(m), f"some of {list(TARGET_METRICS[self.target])} for a {self.target} target")
+    if bad_m := [x for x in m if x not in TARGET_METRICS[self.target]]:
+        bad("metrics", list(m), f"some of {list(TARGET_METRICS[self.target])} for a {self.target} target ({', '.join(map(repr, bad_m))} is not)")
     object.__setattr__(self, "metrics", m)
     if self.head is not None:
         if self.head not in TARGET_HEADS[self.target]: bad("head", self.head, f"one of {list(TARGET_HEADS[self.target])} for a {self.target} target")
@@ -191,8 +192,8 @@ def register_task(spec:TaskSpec, replace:bool=False) -> TaskSpec:
     old = TASKS.get(spec.name)
     if old is not None and old != spec and not replace:
         fields_ = [k for k in spec.__dataclass_fields__ if k != "source" and getattr(old, k) != getattr(spec, k)]
-        raise ValueError(f"task {spec.name!r}" + (f" ({spec.source})" if spec.source else "") + f": a task of that name is already "
-                         f"declared" + (f" ({old.source})" if old.source else " (a built-in task)") + f" and differs in {', '.join(fields_)}; "
+        raise ValueError(f"task {spec.name!r}" + (f" ({spec.source})" if spec.source else "") + ": a task of that name is already "
+                         "declared" + (f" ({old.source})" if old.source else " (a built-in task)") + f" and differs in {', '.join(fields_)}; "
                          "give it another name.")
     TASKS[spec.name] = spec
     TASK_METRIC[spec.name] = spec.metric_key
