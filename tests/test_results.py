@@ -83,3 +83,15 @@ def test_pack_results_keeps_a_tables_earlier_lines_before_it_removes_its_folder(
     assert seen == [] and old.is_dir()
     PK.main(["--results", str(tmp_path/"results"), "--apply"])
     assert seen == [(old.parent, ["000-T11"], tmp_path, True)] and not old.exists()   # kept while the folder was there, then removed
+
+
+def test_check_passes_over_a_file_deleted_since_the_last_commit(tmp_path, monkeypatch):
+    "A run folder removed in the work tree (pack_results --apply removes superseded ones) is still in `git ls-files`: the check skips it"
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path/"results/a").mkdir(parents=True)
+    for n, t in (("gone.json", '{"out": "results/a"}'), ("kept.json", '{"out": "/work/main/results/a"}')): (tmp_path/"results/a"/n).write_text(t)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "results"], check=True)
+    (tmp_path/"results/a/gone.json").unlink()
+    monkeypatch.setattr(PR, "ROOT", tmp_path)
+    assert PR.tracked() == ["results/a/kept.json"]
+    assert [r for r in PR.tracked() if PR.machine_paths(r)] == ["results/a/kept.json"]   # what is there is still checked

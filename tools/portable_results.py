@@ -64,7 +64,7 @@ def _json_file(f:Path, rel:str) -> str:
 
 def tracked() -> list:
     out = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
-    return [p for p in out.split("\0") if p and p.endswith(TEXT)]
+    return [p for p in out.split("\0") if p and p.endswith(TEXT) and (ROOT/p).is_file()]   # not one deleted since the last commit
 
 
 def machine_paths(rel:str) -> list:
