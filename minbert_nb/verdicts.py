@@ -24,7 +24,7 @@ __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COL
            'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict',
            'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs',
            'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
-           'member_pairs', 'member_text', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
+           'member_pairs', 'member_text', 'added_seeds', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
            'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
            'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts', 'plot_claims', 'compute_text',
            'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'moved_frame',
@@ -341,15 +341,28 @@ def member_text(c:Claim, t:PaperTable, info:dict|None) -> str:
     return "; ".join(out)
 
 # %% ../nbs/16d_verdicts.ipynb #03d29413
+def added_seeds(t:PaperTable, info:dict|None) -> set:
+    """The seeds of table folder `info` beyond its first MIN_SEEDS at which only some of the rows that ran at those ran: seeds
+    added to chosen rows (for power, `minbert_ablate table T --seeds 3 --rows ...` for the rows of a claim close to a
+    decision), not to the whole table, as Wang (004)'s Table 2 got its seeds 3-5"""
+    seeds = (info or {}).get("seeds", {})
+    ran = lambda rows_of: {r.name for r in t.rows if row_runs(t, r, rows_of)}
+    first = set().union(*(ran(f) for s, f in seeds.items() if s in range(MIN_SEEDS)))
+    return {s for s, f in seeds.items() if isinstance(s, int) and s >= MIN_SEEDS and ran(f) < first}
+
 def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
-    `setting`: the table's `table_setting`, when the caller has it already"""
+    `setting`: the table's `table_setting`, when the caller has it already. Where some of its seeds ran for some rows only
+    (`added_seeds`: `seeds_added`), the reading at the others (`first_diff`, `first_low`, `first_high`, `first_seeds`,
+    `first_verdict`) stays beside it: seeds added to a claim because it was close to a decision favour a decision"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
     diffs, ar, br, where = _paired(c, t, info)
     m, lo, hi = paired_ci(diffs)
     last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
+    extra = added_seeds(t, info)                                         # seeds run for some rows only: the reading without them too
+    first = [d for d, (s, _) in zip(diffs, where) if s not in extra] if extra & {s for s, _ in where} else []
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=claim_verdict(diffs, c.sign, c.margin, c.within), a_runs=rel(ar), b_runs=rel(br),
                 text=c.text, section=c.section, waiting=waiting, note="; ".join(filter(None, (c.note, scale_caveat(c, (info or {}).get("scale")), _stale_note(c, info)))),
@@ -358,7 +371,9 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
                 last_verdict=claim_verdict(last, c.sign, c.margin, c.within) if last or not diffs else "not read",
                 **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent, c.margin, c.within))),
                 diffs=list(diffs), settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
-                members=member_text(c, t, info))
+                members=member_text(c, t, info), seeds_added=";".join(str(s) for s, _ in where if s in extra),
+                **dict(zip(("first_diff", "first_low", "first_high"), paired_ci(first))), first_seeds=len(first),
+                first_verdict=claim_verdict(first, c.sign, c.margin, c.within) if first else "")
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
     """Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder, and the same
@@ -454,12 +469,12 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None, w
     return float(next((n for n in range(2, cap + 1) if ok(n)), cap + 1))
 
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
-EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs")
+EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs", "seeds_added")
 
 HOLM_UNTESTED = ("not run", f"not tested (fewer than {MIN_SEEDS} seeds)")   # Holm's column where a claim has no p-value
 
 def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
-    "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings` and `members` come from `judge`)"
+    "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings`, `members` and `seeds_added` come from `judge`)"
     claims = claims or CLAIMS
     df = df.copy()
     cs = [claims[c] for c in df["claim"]]
@@ -637,7 +652,7 @@ def summary_table(df:pd.DataFrame) -> list:
 
 # %% ../nbs/16d_verdicts.ipynb #24a9fce4
 def readings_text(df:pd.DataFrame) -> str:
-    "The report's paragraph on the readings beside the sign verdicts: Holm's counts, agreement in size, equivalence, power"
+    "The report's paragraph on the readings beside the sign verdicts: Holm's counts, agreement in size, equivalence, power, seeds added"
     if "holm_verdict" not in df: return ""
     kind = df["claim"].map(lambda c: CLAIMS[c].kind if c in CLAIMS else "sign")
     tested = df["p_value"].notna(); hc = df.loc[tested, "holm_verdict"].value_counts()
@@ -647,6 +662,8 @@ def readings_text(df:pd.DataFrame) -> str:
     close = df[kind == "within"]
     eq = df[df["equivalence"].fillna("").astype(bool)]
     near = df[df["seeds_needed"].notna()].sort_values("seeds_needed").head(5)
+    added = df[df["seeds_added"].fillna("").astype(bool)] if "seeds_added" in df else df.iloc[:0]
+    p = lambda r: TABLES[r.table].percent
     return (f"After Holm's correction over the {tested} claims with {MIN_SEEDS} seeds or more (family-wise 5%; two-sided paired t-tests, for a claim of no effect the test that can decide it against its margin, for a claim of closeness the one-sided non-inferiority test): "
             + " · ".join(f"{v} {hc.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive"))
             + (f" ({untested} with fewer seeds not tested)" if untested else "")
@@ -655,7 +672,12 @@ def readings_text(df:pd.DataFrame) -> str:
             + (" Claims of closeness, by a non-inferiority test: " + "; ".join(f"{r.claim}: {r.verdict}" for r in close.itertuples()) + "." if len(close) else "")
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
             + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin, taking the observed mean and spread as true: about even odds at that many): "
-               + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else ""))
+               + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else "")
+            + (" Seeds added for power, to the rows of claims that were close to a decision (each claim's reading at its table's "
+               "own seeds beside it: adding seeds to a claim chosen for being close favours a decision): "
+               + "; ".join(f"{r.claim}, seed {r.seeds_added.replace(';', ', ')}: {r.first_verdict} at {_n(r.first_seeds, 'seed')} "
+                           f"({_f(r.first_diff, p(r))} [{_f(r.first_low, p(r))}, {_f(r.first_high, p(r))}]), {r.verdict} at {r.seeds} "
+                           f"({_f(r.ours_diff, p(r))} [{_f(r.ci_low, p(r))}, {_f(r.ci_high, p(r))}])" for r in added.itertuples()) + "." if len(added) else ""))
 
 # %% ../nbs/16d_verdicts.ipynb #594a6da2
 def _claim_lines(r, p:bool, root=".") -> list:
@@ -676,6 +698,9 @@ def _claim_lines(r, p:bool, root=".") -> list:
         n = int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'
         out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if CLAIMS[r.claim].kind != "sign" else
                    f"- power: at this spread an interval would exclude zero from {n} seeds")
+    if isinstance(r.get("seeds_added"), str) and r.seeds_added:
+        out.append(f"- seeds added for power: {r.seeds_added.replace(';', ', ')} ran for this claim's rows, not the whole table's; at the "
+                   f"others ({_n(r.first_seeds, 'seed')}): {_f(r.first_diff, p)} [{_f(r.first_low, p)}, {_f(r.first_high, p)}], {r.first_verdict}")
     if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
     if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                        "only its best epoch was scored)")
