@@ -472,8 +472,12 @@ ASSUMED = {   # a table id or a seed -> {setting: the value taken where the repo
 SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "hidden_dropout", "batch_size")
 
 def assumed(table:PaperTable) -> dict:
-    "The settings `table`'s rows take where its paper gives no value, each with why (`ASSUMED`)"
-    return ASSUMED.get(table.id, ASSUMED.get(table.seed, {}))
+    """The settings `table`'s rows take where its paper gives no value, each with why (`ASSUMED`): those its rows use (a
+    modules' rate only where a row trains modules)"""
+    a = ASSUMED.get(table.id, ASSUMED.get(table.seed, {}))
+    modules = any(TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"}).peft != "none" for r in table.rows
+                  if not (r.needs or r.ensemble or r.same_as or r.untrained) for cfg in row_configs(table, r, "short"))
+    return a if modules else {k: v for k, v in a.items() if k != "lr_adapters"}
 
 # %% ../nbs/16_tables.ipynb #1f8069d3
 def settings_frame(table:PaperTable, scale:str="short") -> pd.DataFrame:

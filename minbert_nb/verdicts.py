@@ -14,7 +14,7 @@ import pandas as pd
 from .core import stamp_figure, code_version
 from .config import TrainConfig
 from .pretrained import backbone_name
-from .tables import TABLES, PaperTable, Row, row_configs, examples_seen, SCALES, BUDGET, BUDGET_SCALE
+from .tables import TABLES, PaperTable, Row, row_configs, examples_seen, assumed, SCALES, BUDGET, BUDGET_SCALE
 from .table_report import our_value, merge_metrics, hw_label, train_files, run_phases, device_type
 from .ablate import row_dir, row_record, has_dev_predictions, run_devices
 from .claims import Claim, CLAIMS, differs_text
@@ -743,7 +743,8 @@ def moved_lines(mv:pd.DataFrame) -> list:
 def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None, moved:pd.DataFrame|None=None) -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
     claim, the claims re-run at their papers' settings beside their earlier readings (`moved`: `moved_frame`), the budget
-    question of the contradicted ones (`budget`: `budget_frame`), then per table its figure and each claim with its evidence"""
+    question of the contradicted ones (`budget`: `budget_frame`), then per table its figure, the settings its paper does not give
+    (`assumed`: what we took, beside every verdict at the papers' settings they could decide) and each claim with its evidence"""
     counts = df["verdict"].value_counts()
     earlier = int((df.get("settings", pd.Series(dtype=str)) == "earlier").sum())
     out = ["# Reproduction report", "", " · ".join(f"**{v}** {counts.get(v, 0)}" for v in ("reproduced", "contradicted", "inconclusive", "not run"))
@@ -759,6 +760,8 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![Claims of {t}: each seed's difference, our mean and interval, the paper's value](figures/{t}.png)", "",
                 f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
+        if (d.get("settings", pd.Series(dtype=str)) == "paper").any() and (a := assumed(TABLES[t])):   # what could decide a verdict, unsaid by the paper
+            out.append("- settings the paper does not give, ours (`minbert_ablate show " + t + "`): " + "; ".join(f"{k} = {v}" for k, v in a.items()))
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         p = TABLES[t].percent
         for _, r in d.iterrows(): out += _claim_lines(r, p, root)
