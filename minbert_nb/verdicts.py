@@ -344,9 +344,10 @@ def member_text(c:Claim, t:PaperTable, info:dict|None) -> str:
 def added_seeds(t:PaperTable, info:dict|None) -> set:
     """The seeds of table folder `info` beyond its first MIN_SEEDS at which only some of the rows that ran at those ran: seeds
     added to chosen rows (for power, `minbert_ablate table T --seeds 3 --rows ...` for the rows of a claim close to a
-    decision), not to the whole table, as Wang (004)'s Table 2 got its seeds 3-5"""
+    decision; a spare seed for the rows of a claim whose seed began on another device, `claim_seeds`; or a whole-table seed
+    still under way), not to the whole table, as Wang (004)'s Table 2 got its seeds 3-5"""
     seeds = (info or {}).get("seeds", {})
-    ran = lambda rows_of: {r.name for r in t.rows if row_runs(t, r, rows_of)}
+    ran = lambda rows_of: {r.name for r in t.rows if row_runs(t, r, rows_of, _checked(info))}
     first = set().union(*(ran(f) for s, f in seeds.items() if s in range(MIN_SEEDS)))
     return {s for s, f in seeds.items() if isinstance(s, int) and s >= MIN_SEEDS and ran(f) < first}
 
@@ -673,11 +674,13 @@ def readings_text(df:pd.DataFrame) -> str:
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
             + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin, taking the observed mean and spread as true: about even odds at that many): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else "")
-            + (" Seeds added for power, to the rows of claims that were close to a decision (each claim's reading at its table's "
-               "own seeds beside it: adding seeds to a claim chosen for being close favours a decision): "
-               + "; ".join(f"{r.claim}, seed {r.seeds_added.replace(';', ', ')}: {r.first_verdict} at {_n(r.first_seeds, 'seed')} "
-                           f"({_f(r.first_diff, p(r))} [{_f(r.first_low, p(r))}, {_f(r.first_high, p(r))}]), {r.verdict} at {r.seeds} "
-                           f"({_f(r.ours_diff, p(r))} [{_f(r.ci_low, p(r))}, {_f(r.ci_high, p(r))}])" for r in added.itertuples()) + "." if len(added) else ""))
+            + (f" Seeds beyond the first {MIN_SEEDS} that ran for some of a table's rows only (added for power to the rows of a claim "
+               "close to a decision, or a claim's spare seed; each claim's reading without them beside it, since seeds added to a "
+               "claim chosen for being close favour a decision): "
+               + "; ".join(f"{r.claim}, seed{'s' * (';' in r.seeds_added)} {r.seeds_added.replace(';', ', ')}: {r.first_verdict} at "
+                           f"{_n(r.first_seeds, 'seed')} ({_f(r.first_diff, p(r))} [{_f(r.first_low, p(r))}, {_f(r.first_high, p(r))}]), "
+                           f"{r.verdict} at {_n(r.seeds, 'seed')} ({_f(r.ours_diff, p(r))} [{_f(r.ci_low, p(r))}, {_f(r.ci_high, p(r))}])"
+                           for r in added.itertuples()) + "." if len(added) else ""))
 
 # %% ../nbs/16d_verdicts.ipynb #594a6da2
 def _claim_lines(r, p:bool, root=".") -> list:
@@ -699,8 +702,9 @@ def _claim_lines(r, p:bool, root=".") -> list:
         out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if CLAIMS[r.claim].kind != "sign" else
                    f"- power: at this spread an interval would exclude zero from {n} seeds")
     if isinstance(r.get("seeds_added"), str) and r.seeds_added:
-        out.append(f"- seeds added for power: {r.seeds_added.replace(';', ', ')} ran for this claim's rows, not the whole table's; at the "
-                   f"others ({_n(r.first_seeds, 'seed')}): {_f(r.first_diff, p)} [{_f(r.first_low, p)}, {_f(r.first_high, p)}], {r.first_verdict}")
+        out.append(f"- seeds for some rows only: {r.seeds_added.replace(';', ', ')} ran for this claim's rows, not the whole table's (added "
+                   f"for power, or a spare); without {'them' if ';' in r.seeds_added else 'it'} ({_n(r.first_seeds, 'seed')}): "
+                   f"{_f(r.first_diff, p)} [{_f(r.first_low, p)}, {_f(r.first_high, p)}], {r.first_verdict}")
     if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
     if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
                                                        "only its best epoch was scored)")
@@ -760,8 +764,11 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
     for t, d in df.groupby("table", sort=False):
         out += [f"## {t}", "", f"![Claims of {t}: each seed's difference, our mean and interval, the paper's value](figures/{t}.png)", "",
                 f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
-        if (d.get("settings", pd.Series(dtype=str)) == "paper").any() and (a := assumed(TABLES[t])):   # what could decide a verdict, unsaid by the paper
-            out.append("- settings the paper does not give, ours (`minbert_ablate show " + t + "`): " + "; ".join(f"{k} = {v}" for k, v in a.items()))
+        st = d.get("settings", pd.Series("", index=d.index)); at, old = int((st == "paper").sum()), int((st == "earlier").sum())
+        if at and (a := assumed(TABLES[t])):   # what could decide a verdict, unsaid by the paper
+            out.append("- settings the paper does not give, ours" + (f" (in the runs of the {_n(at, 'claim')} at the papers' settings; "
+                                                                     f"{old} ran at the earlier settings)" if old else "")
+                       + " (`minbert_ablate show " + t + "`): " + "; ".join(f"{k} = {v}" for k, v in a.items()))
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         p = TABLES[t].percent
         for _, r in d.iterrows(): out += _claim_lines(r, p, root)
