@@ -23,7 +23,7 @@ from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision, row_minutes)
 from .claims import CLAIMS
-from .verdicts import row_runs, write_report, verdicts_frame
+from .verdicts import row_runs, write_report, verdicts_frame, PRECISION_RESULTS
 
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
@@ -303,11 +303,12 @@ def ablate_show(table:str, scale:str|None=None):
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
 
 # %% ../nbs/16e_reproduce.ipynb #33d6467a
-def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS):
+def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS,
+                  other:str|None=PRECISION_RESULTS):
     """`minbert_ablate report`: every claim's verdict from the run folders under `results` (claims.csv, report.md, budget.csv, figures; a claim
-    with fewer than 3 seeds there is read from `earlier`, marked) and what the report still needs at `scale` (plan.csv) into
-    `report_out`; no training"""
-    df = write_report(results, report_out, earlier=earlier)
+    with fewer than 3 seeds there is read from `earlier`, marked; claims `other` reads too, the same rows in another precision, beside
+    them) and what the report still needs at `scale` (plan.csv) into `report_out`; no training"""
+    df = write_report(results, report_out, earlier=earlier, other=other)
     write_plan(plan_frame(results, scale or REPORT_SCALE), Path(report_out)/"plan.csv")
     print(df["verdict"].value_counts().to_string())
     print(f"-> {Path(report_out)/'claims.csv'}, {Path(report_out)/'report.md'}, {Path(report_out)/'budget.csv'}, {Path(report_out)/'plan.csv'}")

@@ -21,14 +21,15 @@ from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'HOLM_UNTESTED', 'EARLIER',
-           'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict',
-           'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale', 'row_runs',
-           'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
+           'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'PRECISION_RESULTS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci',
+           'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale',
+           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
            'member_pairs', 'member_text', 'added_seeds', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
            'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
            'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts', 'plot_claims', 'compute_text',
-           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'moved_frame',
-           'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
+           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'precision_frame',
+           'precision_lines', 'moved_frame', 'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame',
+           'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -718,6 +719,38 @@ def _claim_lines(r, p:bool, root=".") -> list:
     out.append("")
     return out
 
+# %% ../nbs/16d_verdicts.ipynb #d52e8b01
+PRECISION_RESULTS = "results/ablate-fp32"   # the same rows and seeds in fp32 on a CPU, kept when a table's seeds moved to bf16
+
+def _precision(runs:str, root=".") -> str:
+    "The precisions (`amp` in metrics.json) that the runs of a claims.csv field (paths joined by ';', under `root`) trained in"
+    return "+".join(sorted({m["amp"] for r in runs.split(";") if r and (m := _json(Path(root)/r/"metrics.json")) and m.get("amp")}))
+
+def precision_frame(df:pd.DataFrame, other, root=".", claims=None) -> pd.DataFrame:
+    """Each claim of `df` that the run folders under `other` (`PRECISION_RESULTS`) read at MIN_SEEDS seeds or more, beside its
+    reading in `df`: both differences, intervals, verdicts and the precisions their runs trained in (`other_` for `other`'s)"""
+    cols = ["claim", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "precision"]
+    if other is None or not Path(other).is_dir(): return pd.DataFrame(columns=["claim", "table", *cols[1:], *("other_" + c for c in cols[1:])])
+    o = claims_frame(other, root, claims=claims)
+    o = o[o["seeds"] >= MIN_SEEDS]
+    o = o.assign(precision=[_precision(f"{a};{b}", root) for a, b in zip(o["a_runs"], o["b_runs"])])[cols].add_prefix("other_")
+    now = df.assign(precision=[_precision(f"{a};{b}", root) for a, b in zip(df["a_runs"].fillna(""), df["b_runs"].fillna(""))])
+    return now[["table", "paper_diff", *cols]].merge(o, left_on="claim", right_on="other_claim").drop(columns="other_claim")
+
+def precision_lines(pf:pd.DataFrame|None, other=PRECISION_RESULTS) -> list:
+    "report.md's lines on the claims also read from the same rows and seeds in another precision (`precision_frame`); none without"
+    if pf is None or pf.empty: return []
+    same = int((pf["verdict"] == pf["other_verdict"]).sum())
+    iv = lambda d, lo, hi, p: f"{_f(d, p)} [{_f(lo, p)}, {_f(hi, p)}]"
+    out = [f"Precision: {_n(len(pf), 'claim')} also trained in another precision on the same rows and seeds (`{other}`); "
+           f"{same} keep{'s' * (same == 1)} {'its' if len(pf) == 1 else 'their'} verdict.", "",
+           "| claim | paper | the report's runs [95% interval] | verdict | the same rows in another precision | verdict |", "|---|---|---|---|---|---|"]
+    for r in pf.itertuples():
+        p = TABLES[r.table].percent
+        out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {r.precision}: {iv(r.ours_diff, r.ci_low, r.ci_high, p)} | {r.verdict} | "
+                   f"{r.other_precision}: {iv(r.other_ours_diff, r.other_ci_low, r.other_ci_high, p)} | {r.other_verdict} |")
+    return out + [""]
+
 # %% ../nbs/16d_verdicts.ipynb #585c4f50
 def moved_frame(df:pd.DataFrame, earlier) -> pd.DataFrame:
     """Each claim of `df` read at its paper's settings (`settings` = paper) beside its line from the earlier settings
@@ -744,9 +777,11 @@ def moved_lines(mv:pd.DataFrame) -> list:
                    f"{r.earlier_verdict} | {iv(r.ours_diff, r.ci_low, r.ci_high, p)} | {'**' * r.moved}{r.verdict}{'**' * r.moved} |")
     return out + [""]
 
-def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None, moved:pd.DataFrame|None=None) -> str:
+def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None, moved:pd.DataFrame|None=None,
+                    precision:pd.DataFrame|None=None, other:str=PRECISION_RESULTS) -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
-    claim, the claims re-run at their papers' settings beside their earlier readings (`moved`: `moved_frame`), the budget
+    claim, the claims re-run at their papers' settings beside their earlier readings (`moved`: `moved_frame`), those also read
+    from the same rows in another precision (`precision`: `precision_frame` of the folder `other`), the budget
     question of the contradicted ones (`budget`: `budget_frame`), then per table its figure, the settings its paper does not give
     (`assumed`: what we took, beside every verdict at the papers' settings they could decide) and each claim with its evidence"""
     counts = df["verdict"].value_counts()
@@ -758,7 +793,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
            *([f"Settings: {earlier} of the {len(df)} claims rest on {EARLIER} (`settings` = earlier)"
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
-           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "", *moved_lines(moved),
+           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "", *moved_lines(moved), *precision_lines(precision, other),
            *(budget_lines(budget) if budget is not None else []),
            *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
@@ -848,9 +883,10 @@ def _figure_key(path) -> str|None:
         with Image.open(path) as im: return im.text.get("Comment")
     except (OSError, ImportError): return None
 
-def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None, earlier=None) -> pd.DataFrame:
+def write_report(results="results/ablate", out="results/reproduction", root=".", scale:str|None=None, earlier=None, other=None) -> pd.DataFrame:
     """claims.csv (CSV_COLUMNS, then EXTRA_COLUMNS), budget.csv (`budget_frame`), report.md and figures/TABLE.png in `out` from the run folders under `results`
-    (and `earlier`, for claims `results` has too few seeds of: `verdicts_frame`); no training"""
+    (and `earlier`, for claims `results` has too few seeds of: `verdicts_frame`; `other`: the same rows in another precision,
+    `precision_frame`); no training"""
     out, df = Path(out), verdicts_frame(results, root, scale, earlier)
     out.mkdir(parents=True, exist_ok=True)
     df[list(CSV_COLUMNS + EXTRA_COLUMNS)].to_csv(out/"claims.csv", index=False)
@@ -861,7 +897,8 @@ def write_report(results="results/ablate", out="results/reproduction", root=".",
         for src_, flag in ((found, "paper"), (old, "earlier")):
             if (g["settings"] == flag).any() and (info := pick_folder(src_.get(t, []), scale)): runs += _counted_runs(info)[0]
     bq = budget_frame(df, results, root); bq.to_csv(out/"budget.csv", index=False)
-    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root, bq, moved_frame(df, earlier)))
+    (out/"report.md").write_text(report_markdown(df, compute_text(runs) if runs else "", root, bq, moved_frame(df, earlier),
+                                                 precision_frame(df, other, root), os.path.relpath(other, root) if other else PRECISION_RESULTS))
     for t in df["table"].unique():                # a figure is drawn again only when what it shows has changed
         key = hashlib.sha1(df.loc[df["table"] == t, list(_PLOTTED)].to_csv(index=False).encode()).hexdigest()[:16]
         if _figure_key(out/"figures"/f"{t}.png") != key: plot_claims(df, t, out/"figures"/f"{t}.png", code_version().get("git"), key)
