@@ -485,6 +485,10 @@ def legacy_command(argv:list) -> tuple:
 def parse_ablate(argv:list) -> tuple:
     "`argv` as (command, keyword arguments): a subcommand (`list`, `table ID`, `plan`, `report`, `reproduce`), or the flags before them"
     if argv[:1] and argv[0] in (*_COMMANDS, "-h", "--help"):
+        flag = next((x for x in argv[1:] if x.startswith("--") and x[2:] in _FLAGS), None)   # another command's flag after a subcommand
+        if flag == "--show" and argv[0] == "table": argv = ["show", *(x for x in argv[1:] if x != flag)]   # `table ID --show`: as `show ID`
+        elif flag: raise ValueError(f"{flag} is a command of its own, not an option of `{argv[0]}`: run `minbert_ablate {flag[2:]} ...` "
+                                    f"(`minbert_ablate {flag[2:]} --help` lists its options).")
         a = vars(ablate_parser().parse_args(argv))
         return a.pop("command"), a
     return legacy_command(argv)
