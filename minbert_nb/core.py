@@ -18,7 +18,7 @@ import minbert_nb
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_has_native_bf16',
            'cpu_bf16_supported', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded', 'cpu_malloc',
            'restart_with_jemalloc', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
-           'arg_parser', 'add_arg', 'cli_parser', 'cli']
+           'arg_parser', 'add_arg', 'quiet_on_closed_pipe', 'cli_parser', 'cli']
 
 # %% ../nbs/00_core.ipynb #83fef909
 @dataclass
@@ -259,6 +259,14 @@ def add_arg(p:argparse.ArgumentParser, name:str, default=_NONE, type=str, help:s
                                         metavar="BOOL")
     return p.add_argument(*flags, dest=name, default=default, help=help, metavar=meta, **many)
 
+# %% ../nbs/00_core.ipynb #83309b4b
+def quiet_on_closed_pipe(main):
+    "Run `main()`; if the reader of stdout closed it (`... | head`), end quietly with status 141 (128 + SIGPIPE) as `cat` does"
+    try: return main()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # Python flushes stdout at exit: into nothing now
+        sys.exit(141)
+
 # %% ../nbs/00_core.ipynb #ecc6131f
 def cli_parser(func) -> argparse.ArgumentParser:
     "An `ArgumentParser` for `func`: one argument per parameter (`add_arg`), help from the parameters' comments"
@@ -278,7 +286,7 @@ def cli(func):
     def command(*args, **kwargs):
         if len(args) == 1 and isinstance(args[0], list) and not kwargs: return command.main(args[0])
         if args or kwargs: return func(*args, **kwargs)
-        command.main(None)          # a console script: `sys.exit(command())` must see None (exit status 0), not a result
+        quiet_on_closed_pipe(lambda: command.main(None))   # a console script: `sys.exit(command())` must see None (exit status 0), not a result
     command.main = lambda argv=None: func(**vars(cli_parser(func).parse_args(argv)))
     command.parser = lambda: cli_parser(func)
     return command

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import arg_parser, add_arg, default_device, restart_with_jemalloc
+from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe
 from .data import DataError
 from .config import TrainConfig
 from .phases import phase_configs
@@ -497,14 +497,17 @@ def minbert_ablate(argv:list|None=None):
     """Run the tables of the four CS224N reports (Liu & Shen (000), Lee & Li (002), Chan (003), Wang (004)) beside the papers' numbers, and judge their claims:
     `minbert_ablate list | table ID | plan | report | reproduce` (`--list`, `--table ID`, `--plan`, `--report`, `--reproduce` work too)"""
     console, argv = argv is None, sys.argv[1:] if argv is None else [str(a) for a in argv]
-    try:
-        command, kw = parse_ablate(argv)
-        if console and command in ("table", "reproduce") and default_device(kw.get("device")).type == "cpu":
-            restart_with_jemalloc()        # trainings on a CPU: started again with jemalloc where installed (00_core), else go on
-        _COMMANDS[command][0](**kw)
-    except TrainingInterrupted as e:   # a row's run saved its checkpoint: the same call continues it (exit 130 after Ctrl-C, 143 after SIGTERM)
-        print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
-    except (KeyError, ValueError, DataError, OSError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
+    def main():
+        try:
+            command, kw = parse_ablate(argv)
+            if console and command in ("table", "reproduce") and default_device(kw.get("device")).type == "cpu":
+                restart_with_jemalloc()        # trainings on a CPU: started again with jemalloc where installed (00_core), else go on
+            _COMMANDS[command][0](**kw)
+        except TrainingInterrupted as e:   # a row's run saved its checkpoint: the same call continues it (exit 130 after Ctrl-C, 143 after SIGTERM)
+            print(f"minbert_ablate: stopped. {e}; run the same minbert_ablate call again to continue.", flush=True); sys.exit(e.exit_code)
+        except BrokenPipeError: raise      # the reader closed stdout (`minbert_ablate plan | head`): quiet_on_closed_pipe ends it
+        except (KeyError, ValueError, DataError, OSError, RuntimeError) as e: sys.exit(f"minbert_ablate: {e}")
+    return quiet_on_closed_pipe(main) if console else main()
 
 # %% ../nbs/16e_reproduce.ipynb #37cbe5cf
 def ablate_parser() -> argparse.ArgumentParser:
