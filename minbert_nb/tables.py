@@ -15,10 +15,10 @@ from .data import find_data_dir
 from .evaluate import overall_score
 
 # %% auto #0
-__all__ = ['SCALES', 'BUDGET_SCALE', 'BUDGET', 'OPTIMISER', 'PHASE_BUDGET', 'PHASE_SHARE', 'METRIC_KEYS', 'ROW_FIELDS', 'TABLES',
-           'ROTTEN_FILE', 'KINDLE_FILE', 'ASSUMED', 'SETTINGS', 'Row', 'PaperTable', 'register', 'paper_row',
-           'add_table', 'NeedsFile', 'paper_average', 'row_configs', 'examples_seen', 'assumed', 'settings_frame',
-           'list_tables']
+__all__ = ['SCALES', 'BUDGET_SCALE', 'BUDGET', 'OPTIMISER', 'PHASE_BUDGET', 'PHASE_SHARE', 'EPOCH_SIZE', 'METRIC_KEYS',
+           'ROW_FIELDS', 'TABLES', 'ROTTEN_FILE', 'KINDLE_FILE', 'ASSUMED', 'SETTINGS', 'Row', 'PaperTable', 'register',
+           'paper_row', 'add_table', 'NeedsFile', 'paper_average', 'row_configs', 'examples_seen', 'assumed',
+           'settings_frame', 'list_tables']
 
 # %% ../nbs/16_tables.ipynb #835be9fb
 SCALES = {
@@ -44,6 +44,7 @@ OPTIMISER = ("lr_backbone", "lr_heads", "lr_adapters", "layer_decay", "weight_de
              "grad_accum", "hidden_dropout", "attention_dropout", "head_dropout")
 PHASE_BUDGET = ("epochs", "steps_per_epoch")   # a phase's own budget gives way to the scale's below `full`
 PHASE_SHARE = "share"   # a phase's fraction of the scale's examples (rows that split one budget among their phases); ignored at `full`
+EPOCH_SIZE = "epoch_size"   # in a row's `scaled`: its paper epoch's size against its table's usual epoch; below `full` its epochs hold that many times the scale's examples
 
 
 # %% ../nbs/16_tables.ipynb #071a4df8
@@ -252,9 +253,15 @@ def _annealed(steps:int) -> dict:
     "A row name's `annealNNNN`: annealed sampling over `steps` steps an epoch, SST and STS upweighted"
     return dict(sampler="annealed", steps_per_epoch=steps, upweight={"sst": 2, "sts": 2})
 
-def _epochs(e:int) -> dict:
-    "The `e` epochs a row name gives; below `full`, one of the scale's epochs per 20 of the paper's (the rows are about epochs)"
-    return dict(epochs=e, scaled=dict(epochs=max(1, math.ceil(e / 20))))
+# A round-robin epoch of Lee & Li (002) (the CS224N baseline's "downsampling and alternating batches"): every task cut to the
+# smallest, STS's 6,040 pairs, so that "the model sees all of the STS data and most of the SST data but only a small fraction
+# of the Quora data". An annealed row's epoch is its own: `annealNNNN` steps of its batch (1800 x 8 = 14,400; 3600 x 16 = 57,600)
+_RR_EPOCH_002 = 3 * 6_040
+
+def _epochs(e:int, epoch:int|None=None) -> dict:
+    """The `e` epochs a row name gives; below `full`, one of the scale's epochs per 20 of the paper's (the rows are about
+    epochs), each `epoch / _RR_EPOCH_002` times the scale's examples where the row's paper epoch holds `epoch` examples"""
+    return dict(epochs=e, scaled=dict(epochs=max(1, math.ceil(e / 20)), **({EPOCH_SIZE: epoch / _RR_EPOCH_002} if epoch else {})))
 
 def _lora(kind:str, lr:float) -> dict:
     "A LoRA or DoRA (`kind`) row: rank 16, alpha 32 on query and value, BERT frozen, modules and heads at learning rate `lr`"
@@ -280,22 +287,22 @@ add_table("002-T2", "Table 2: Performance scores on dev sets for different model
       paper_row("full-model-10-1e-5 baseline", (0.503, 0.684, 0.356, 0.622), **_epochs(10)),
       *[paper_row(f"full-model-concatembed-{e}-1e-05", printed, pair_features="uv", **_epochs(e)) for e, printed in
         ((10, (0.508, 0.680, 0.351, 0.621)), (20, (0.506, 0.711, 0.368, 0.634)), (40, (0.518, 0.735, 0.373, 0.646)), (60, (0.516, 0.746, 0.393, 0.653)))],
-      paper_row("full-model-anneal1800-10-1e-05", (0.488, 0.743, 0.363, 0.638), **_annealed(1800), **_epochs(10)),
-      paper_row("full-model-anneal3600-20-1e-05", (0.515, 0.760, 0.381, 0.655), **_annealed(3600), **_epochs(20)),
-      paper_row("dora-anneal1800-concatembed-60-2e-04", (0.478, 0.726, 0.378, 0.631), **_lora("dora", 2e-4), **_annealed(1800), **_epochs(60),
+      paper_row("full-model-anneal1800-10-1e-05", (0.488, 0.743, 0.363, 0.638), **_annealed(1800), **_epochs(10, 1800 * 8)),
+      paper_row("full-model-anneal3600-20-1e-05", (0.515, 0.760, 0.381, 0.655), **_annealed(3600), **_epochs(20, 3600 * 8)),
+      paper_row("dora-anneal1800-concatembed-60-2e-04", (0.478, 0.726, 0.378, 0.631), **_lora("dora", 2e-4), **_annealed(1800), **_epochs(60, 1800 * 8),
                 pair_features="uv", note="no scheduler: the report varies it for LoRA/DoRA (none, linear) without saying which this row used; "
                 "its name has no lrlinsched"),
       paper_row("lora-concatembed-sharedlayer-80-4e-04", (0.490, 0.662, 0.377, 0.613),
                 needs="a linear layer shared by the paraphrase and STS heads: not built in minbert_nb"),
       paper_row("lora-concatembed-80-4e-04", (0.490, 0.680, 0.359, 0.617), **_lora("lora", 4e-4), **_epochs(80), pair_features="uv", **_LINEAR_SCHEDULE,
                 note="a linear scheduler: the report's Table 1 models (this row is a member of its 5-ensemble) used one"),
-      paper_row("full-model-anneal3600-60-1e-05-cos", (0.498, 0.779, 0.459, 0.669), **_annealed(3600), **_COSINE_STS, **_epochs(60)),
-      paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-cos", (0.486, 0.779, 0.517, 0.674), **_annealed(3600), **_COSINE_STS, **_MNRL, **_epochs(60),
+      paper_row("full-model-anneal3600-60-1e-05-cos", (0.498, 0.779, 0.459, 0.669), **_annealed(3600), **_COSINE_STS, **_epochs(60, 3600 * 8)),
+      paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-cos", (0.486, 0.779, 0.517, 0.674), **_annealed(3600), **_COSINE_STS, **_MNRL, **_epochs(60, 3600 * 8),
                 note="MNRL phase (3 epochs at full scale) on Quora duplicates and STS pairs >= 4, then multitask"),
       paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", (0.500, 0.775, 0.498, 0.675), **_annealed(3600), **_COSINE_STS, **_MNRL, epochs=60,
-                batch_size=16, scaled=dict(epochs=3), note="'16' read as batch size 16"),
+                batch_size=16, scaled=_epochs(60, 3600 * 16)["scaled"], note="'16' read as batch size 16"),
       paper_row("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", (0.480, 0.746, 0.384, 0.639), **_lora("dora", 2e-4), **_annealed(3600),
-                pair_features="uv", epochs=35, batch_size=16, **_LINEAR_SCHEDULE, scaled=dict(epochs=2)),
+                pair_features="uv", batch_size=16, **_LINEAR_SCHEDULE, **_epochs(35, 3600 * 16)),
       paper_row("3-ensemble", (0.508, 0.785, 0.648, 0.706), ensemble=_ENSEMBLE3, ensemble_methods=_VOTE,
                 note="members not named in the report: the three cosine full-model rows"),
       paper_row("4-ensemble", (0.518, 0.780, 0.664, 0.710), ensemble=_ENSEMBLE4, ensemble_methods=_VOTE),
@@ -427,13 +434,16 @@ def row_configs(table:PaperTable, row:Row, scale:str="quick", **overrides) -> li
             _no_optimiser(f"{table.id} / {row.name}: `scaled`", row.scaled); _no_optimiser(f"{table.id}: at_scale[{scale!r}]", at)
             budget = {**SCALES[scale], **at}
             cfg.update({k: v for k, v in budget.items() if k != BUDGET}); cfg.update({k: own[k] for k in table.vary if k in own})
-            cfg.update(row.scaled)
+            size = row.scaled.get(EPOCH_SIZE, 1)   # a paper epoch larger (or smaller) than its table's usual one: as many more examples
+            cfg.update({k: v for k, v in row.scaled.items() if k != EPOCH_SIZE})
             if "epochs" in row.scaled: cfg["epochs"] = row.scaled["epochs"] * budget.get("epochs", 1)   # in the scale's epochs
             tasks = TrainConfig(**{k: v for k, v in cfg.items() if k != "phases"}).tasks
-            per = lambda ts, share=1, b=None: _steps(budget[BUDGET] * share, b or cfg["batch_size"], len(ts) if cfg.get("sampler") == "simultaneous" else 1)
+            per = lambda ts, share=1, b=None, size=size: _steps(budget[BUDGET] * share * size, b or cfg["batch_size"],
+                                                               len(ts) if cfg.get("sampler") == "simultaneous" else 1)
             if cfg.get("phases"):              # a simultaneous step takes a batch of every task: fewer steps, the same examples
                 cfg["phases"] = [dict({k: v for k, v in p.items() if k not in PHASE_BUDGET + (PHASE_SHARE,)},   # a contrastive phase: its own batch
-                                      steps_per_epoch=per(p.get("tasks", tasks), p.get(PHASE_SHARE, 1), _phase_batch(p, cfg)),
+                                      steps_per_epoch=per(p.get("tasks", tasks), p.get(PHASE_SHARE, 1), _phase_batch(p, cfg),
+                                                          1 if p.get("contrastive_only") else size),   # passes over its own pairs
                                       **_phase_epochs(p, budget, cfg.get("epochs"))) for p in cfg["phases"]]
             elif "steps_per_epoch" not in row.scaled: cfg["steps_per_epoch"] = per(tasks)
         elif cfg.get("phases"): cfg["phases"] = [{k: v for k, v in p.items() if k != PHASE_SHARE} for p in cfg["phases"]]
@@ -454,30 +464,44 @@ def examples_seen(cfg:dict) -> int:
 _NO_DECAY = "0: the report names AdamW and no weight decay"
 _STARTER = ("constant, no warm-up: the report names no learning-rate scheduler; the CS224N starter code it built on steps AdamW "
             "at a constant rate")
+_CLIP = ("1.0 (the gradients' global norm): no report names clipping, nor does the CS224N starter code clip; minbert_nb's "
+         "default, kept for every row")
+_HEADS = "0.1: the report names no dropout for the heads; minbert_nb's default"
+_STARTER_HEADS = (_HEADS + " (the CS224N starter code's hidden_dropout_prob, which its multitask model leaves to the heads a student "
+                  "writes, defaults to 0.3)")
 ASSUMED = {   # a table id or a seed -> {setting: the value taken where the report gives none, and why}
     "000-T3": {"batch_size": "64 for SST, 8 for CFIMDB: the CS224N handout's settings for the default minBERT, which the table reports",
-               "schedule": _STARTER, "weight_decay": _NO_DECAY},
+               "schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _STARTER_HEADS},
     "000": {"lr_heads": "1e-4: the report tunes the heads' rate per run in [1e-5, 1e-3] and prints none; 1e-4 is that range's middle",
             "lr_adapters": "1e-4: the report tunes the modules' rate per run in [1e-5, 1e-3] and prints none; 1e-4 is that range's middle",
             "hidden_dropout": "the backbone's own (0.1): the report names dropout 0.1 on the sentence embeddings only (head_dropout)",
-            "weight_decay": _NO_DECAY},
+            "weight_decay": _NO_DECAY, "grad_clip": _CLIP,
+            "sampler": "annealed: the report names no sampler for its tables but Table 10, which compares them and finds annealing best"},
     "002": {"batch_size": "8 where the row's name gives none: the CS224N starter code's default, one of the two the report varies (8, 16)",
             "schedule": "constant where the row's name has no lrlinsched, but for the LoRA row of Table 1's ensembles: the report varies "
                         "the scheduler (none, linear) and names one only for those models",
             "warmup": "none: the report names no warm-up", "hidden_dropout": "the backbone's own (0.1): the report names none",
-            "weight_decay": _NO_DECAY},
-    "003": {"schedule": _STARTER, "weight_decay": _NO_DECAY},
-    "004": {"schedule": _STARTER, "weight_decay": _NO_DECAY},
+            "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _STARTER_HEADS,
+            "upweight": "SST and STS x2 in the annealed rows: the report up-weights them 'by 2x, 4x, 8x' without saying which row used "
+                        "which; 2x, the least. With 19,012 Quora pairs instead of 141,506 the annealed rows give Quora fewer batches "
+                        "than round robin (about 0.31 of them over the epochs, round robin 0.33; at the paper's sizes 0.59)",
+            "contrastive_batch": "32 pairs a batch in the MNRL phase: the report names no batch size for it (its scale, 20, it names)"},
+    "003": {"schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _HEADS + " (its dropout, 0.3, is BERT's)"},
+    "004": {"schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _HEADS + " (its dropout is BERT's)"},
 }
-SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "hidden_dropout", "batch_size")
+SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "grad_clip", "hidden_dropout",
+            "head_dropout", "batch_size")
 
 def assumed(table:PaperTable) -> dict:
     """The settings `table`'s rows take where its paper gives no value, each with why (`ASSUMED`): those its rows use (a
-    modules' rate only where a row trains modules)"""
+    modules' rate only where a row trains modules, an up-weighting only where a row anneals with one, an MNRL batch only
+    where a row has an MNRL phase, a sampler only where the rows do not vary it)"""
     a = ASSUMED.get(table.id, ASSUMED.get(table.seed, {}))
-    modules = any(TrainConfig(**{k: v for k, v in cfg.items() if k != "preset"}).peft != "none" for r in table.rows
-                  if not (r.needs or r.ensemble or r.same_as or r.untrained) for cfg in row_configs(table, r, "short"))
-    return a if modules else {k: v for k, v in a.items() if k != "lr_adapters"}
+    cfgs = [cfg for r in table.rows if not (r.needs or r.ensemble or r.same_as or r.untrained) for cfg in row_configs(table, r, "short")]
+    used = dict(lr_adapters=any(c.get("peft", "none") != "none" for c in cfgs), upweight=any(c.get("upweight") for c in cfgs),
+                contrastive_batch=any(p.get("contrastive_only") for c in cfgs for p in c.get("phases") or ()),
+                sampler=len({TrainConfig(**{k: v for k, v in c.items() if k not in ("preset", "phases")}).sampler for c in cfgs}) == 1)
+    return {k: v for k, v in a.items() if used.get(k, True)}
 
 # %% ../nbs/16_tables.ipynb #1f8069d3
 def settings_frame(table:PaperTable, scale:str="short") -> pd.DataFrame:

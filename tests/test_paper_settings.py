@@ -78,9 +78,25 @@ def test_rows_of_a_table_see_the_same_examples():
         for c in cfgs: assert examples_seen(c) == 23_040, (t.id, r.name, examples_seen(c))
 
 def test_a_phase_keeps_its_papers_epochs_ratio():
-    "Lee & Li (002)'s MNRL rows: 3 paper epochs of MNRL, then 60 multitask ones; at short 3 and 9 of the scale's epochs (23,040 + 69,120 examples)"
+    """Lee & Li (002)'s MNRL rows: 3 paper epochs of MNRL, then 60 multitask ones; at short 3 and 9 of the scale's epochs. The MNRL
+    phase makes 3 passes of 7,680 pairs; a multitask epoch of 3600 annealed steps holds 28,800 examples at batch 8 and 57,600 at 16
+    in the paper, 1.59 and 3.18 round-robin epochs of 3 x 6,040 (CS224N's downsampling), so 12,208 and 24,416 here"""
     t = TABLES["002-T2"]
-    for name in ("full-model-mnrladddata3-anneal3600-60-1e-05-cos", "full-model-mnrladddata3-anneal3600-60-1e-05-16-cos"):
+    for name, epoch in (("full-model-mnrladddata3-anneal3600-60-1e-05-cos", 1526 * 8), ("full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", 1526 * 16)):
         (c,) = row_configs(t, t.row(name), scale="short")
         assert c["epochs"] == 9 and c["phases"][0]["epochs"] == 3 and "epochs" not in c["phases"][1], c["phases"]
-        assert examples_seen(c) == 23_040 + 69_120
+        assert examples_seen(c) == 23_040 + 9 * epoch, examples_seen(c)
+
+
+def test_rows_of_lee_li_see_their_papers_epoch_sizes():
+    """Lee & Li (002)'s rows differ in what an epoch is: round robin cuts every task to STS's 6,040 pairs, an annealed row runs its
+    name's steps (1800 or 3600) of its batch (8 or 16). Below `full` a row's examples keep those ratios at equal epochs, so that a
+    claim between them compares what the paper's rows saw: DoRA at batch 16 more than LoRA (the paper: 2.0M against 1.45M)"""
+    t = TABLES["002-T2"]
+    ex = lambda n: examples_seen(row_configs(t, t.row(n), "short")[0])
+    rr10 = ex("full-model-10-1e-5 baseline")
+    assert abs(ex("full-model-anneal1800-10-1e-05") / rr10 - 1800 * 8 / 18_120) < 0.01                        # 0.79
+    assert abs(ex("full-model-anneal3600-20-1e-05") / rr10 - 3600 * 8 / 18_120) < 0.01                        # 1.59
+    assert abs(ex("full-model-anneal3600-60-1e-05-cos") / ex("full-model-anneal3600-20-1e-05") - 3) < 0.01   # 60 epochs against 20
+    assert ex("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16") > 1.3 * ex("lora-concatembed-80-4e-04")
+    assert abs(ex("full-model-concatembed-60-1e-05") / ex("dora-anneal1800-concatembed-60-2e-04") - 18_120 / 14_400) < 0.01
