@@ -298,7 +298,7 @@ add_table("002-T2", "Table 2: Performance scores on dev sets for different model
                 note="a linear scheduler: the report's Table 1 models (this row is a member of its 5-ensemble) used one"),
       paper_row("full-model-anneal3600-60-1e-05-cos", (0.498, 0.779, 0.459, 0.669), **_annealed(3600), **_COSINE_STS, **_epochs(60, 3600 * 8)),
       paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-cos", (0.486, 0.779, 0.517, 0.674), **_annealed(3600), **_COSINE_STS, **_MNRL, **_epochs(60, 3600 * 8),
-                note="MNRL phase (3 epochs at full scale) on Quora duplicates and STS pairs >= 4, then multitask"),
+                note="MNRL phase (3 epochs at full scale) on Quora duplicates and STS pairs >= 4, then multitask from its last epoch (it trains no head to pick a best one by)"),
       paper_row("full-model-mnrladddata3-anneal3600-60-1e-05-16-cos", (0.500, 0.775, 0.498, 0.675), **_annealed(3600), **_COSINE_STS, **_MNRL, epochs=60,
                 batch_size=16, scaled=_epochs(60, 3600 * 16)["scaled"], note="'16' read as batch size 16"),
       paper_row("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16", (0.480, 0.746, 0.384, 0.639), **_lora("dora", 2e-4), **_annealed(3600),

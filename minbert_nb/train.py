@@ -527,7 +527,9 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     if self.main:
         m, preds, raw_m, weights = self._evaluate()
         self._log_epoch(epoch, m, raw_m)
-        if st.best is None or _score(m) > st.best:   # keep the best epoch's weights and dev predictions
+        # keep the best epoch's weights and dev predictions; a contrastive-only phase (an MNRL phase, Lee & Li (002)) trains no
+        # head, so its dev scores read heads as they were built: it keeps its last epoch, as a pretraining phase does
+        if st.best is None or _score(m) > st.best or cfg.contrastive_only:
             st.best, st.best_epoch, st.best_metrics = _score(m), epoch, dict(m)
             atomic_save(dict(model=weights or self.model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=self.code), self.dir/"best.pt")
             for t, df in preds.items(): write_predictions(df, t, prediction_path(self.dir, t, "dev")); write_raw(df, t, raw_path(self.dir, t, "dev"))
