@@ -262,7 +262,9 @@ DIFFERS = {
     "frozen": "a frozen MiniLM already gives good sentence vectors, a frozen bert-base does not: rows that train only the heads "
               "start far higher here, which can shrink what fine-tuning or a module adds",
     "quora": "Quora trains on 19,012 pairs here (the CS224N file has 141,506): the tasks' sizes are about 2.2 : 1 : 0.7 "
-             "(Quora : SST : STS) instead of 16.6 : 1 : 0.7, and this claim is about how training meets those sizes",
+             "(Quora : SST : STS) instead of 16.6 : 1 : 0.7, and this claim is about how training meets those sizes (the samplers of "
+             "Liu & Shen (000)'s Table 10 and Lee & Li (002)'s annealed rows draw with the paper's sizes: each task gets the paper's "
+             "share of the steps, but Quora's steps meet fewer distinct pairs)",
     "budget": "below `full` the rows train a few hundred steps where the paper trains for epochs: an effect that grows with "
               "training may not have appeared yet",
     "capacity": "MiniLM has 6 layers of width 384 (22.7M parameters), bert-base 12 of 768 (110M): modules sized per layer or "

@@ -128,6 +128,7 @@ class TrainConfig(ModelConfig):
     sampler: str = "round_robin"     # round_robin | proportional | sqrt | annealed | sequential | simultaneous
     steps_per_epoch: int|None = None # None = the sampler's natural epoch; Liu & Shen (000) uses 2400
     upweight: dict|None = None       # sampled kinds: extra factor per task, e.g. {"sst": 2, "sts": 2}
+    sampling_sizes: dict|None = None # sampled kinds: the task sizes the probabilities read, e.g. a paper's training sets (07_samplers); None = the data's
     epochs: int = 3
     # --- optimisation
     lr_backbone: float = 1e-5        # pretrained weights: small steps
@@ -239,7 +240,7 @@ def _check_run_together(self:TrainConfig):
     if self.pcgrad and self.phases is None and len(set(self.tasks) | set(self.model_tasks or ())) < 2:   # a phase: model_tasks are the run's
         raise ValueError(f"--pcgrad: PCGrad projects the gradients of different tasks against each other, and this run trains one task "
                          f"({', '.join(self.tasks)}), so there is nothing to project; drop --pcgrad, or train two tasks or more (--tasks).")
-    for name in ("upweight", "task_weights"):   # a key that names no task would be ignored
+    for name in ("upweight", "task_weights", "sampling_sizes"):   # a key that names no task would be ignored
         for t, w in (getattr(self, name) or {}).items():
             if t not in TASKS:
                 raise ValueError(f"--{name} {_shown(getattr(self, name))}: {t!r} is not a task; expected keys among {', '.join(TASKS)}.")
@@ -286,7 +287,7 @@ def schedule_config(self:TrainConfig) -> ScheduleConfig:
     "The run's task schedule: its sampler (round-robin for one task), steps per epoch, seed and upweights"
     kind = "round_robin" if len(self.tasks) == 1 and self.sampler != "round_robin" else self.sampler
     return ScheduleConfig(kind=kind, steps_per_epoch=self.steps_per_epoch, seed=self.seed,
-                          upweight=self.upweight if kind in SAMPLED_KINDS else None,
+                          upweight=self.upweight if kind in SAMPLED_KINDS else None, sizes=self.sampling_sizes if kind in SAMPLED_KINDS else None,
                           anchor=CS224N_TASKS[0] if CS224N_TASKS[0] in self.tasks else self.tasks[0])
 
 # %% ../nbs/08c_config.ipynb #b139cebd

@@ -54,6 +54,7 @@ class ScheduleConfig:
     steps_per_epoch: int|None = None     # None: the kind's natural epoch length; Liu & Shen (000) fixes 2400 steps
     upweight: dict|None = None           # sampled kinds: extra factor w_i on p_i (Lee & Li (002): SST/STS x2, x4, x8)
     alpha: float|None = None             # kind='custom' only: fixed exponent, p_i ∝ N_i**alpha
+    sizes: dict|None = None              # sampled kinds: the N_i the probabilities read (e.g. a paper's training sets); None = the batches
     anchor: str|None = CS224N_TASKS[0]   # SST; simultaneous: an epoch is one pass over this task (Wang (004)); None = the largest
     sequential_epochs: dict|None = None  # sequential: {task: epochs} run task after task (Wang (004)); None = within each epoch
     seed: int = 11711                    # with the epoch, seeds each plan, so all DDP ranks and a resumed run agree
@@ -63,8 +64,9 @@ class ScheduleConfig:
             raise ValueError(f"ScheduleConfig: kind={self.kind!r} is unknown; expected one of {SCHEDULE_KINDS}.")
         if self.steps_per_epoch is not None and self.steps_per_epoch < 1:
             raise ValueError(f"ScheduleConfig: steps_per_epoch={self.steps_per_epoch}; need >= 1 or None.")
-        if self.upweight and self.kind not in SAMPLED_KINDS:
-            raise ValueError(f"ScheduleConfig: upweight only applies to the sampled kinds {SAMPLED_KINDS}, not {self.kind!r}.")
+        for name in ("upweight", "sizes"):
+            if getattr(self, name) and self.kind not in SAMPLED_KINDS:
+                raise ValueError(f"ScheduleConfig: {name} only applies to the sampled kinds {SAMPLED_KINDS}, not {self.kind!r}.")
         if (self.kind == "custom") != (self.alpha is not None):
             raise ValueError("ScheduleConfig: set `alpha` exactly when kind='custom' "
                              f"(got kind={self.kind!r}, alpha={self.alpha}).")
@@ -82,6 +84,10 @@ class TaskSchedule:
         self.cfg, self.n_batches, self.total_epochs = cfg, {k: int(n) for k, n in n_batches.items()}, total_epochs
         self.tasks = list(n_batches)
         if cfg.upweight: task_probs(self.n_batches, 1.0, cfg.upweight)   # fail early on unknown task names
+        if cfg.sizes is not None:
+            missing = [t for t in self.tasks if t not in cfg.sizes]
+            if missing: raise ValueError(f"TaskSchedule: sizes={cfg.sizes} gives no size for {missing}; give every task's (tasks {self.tasks}).")
+            task_probs({t: cfg.sizes[t] for t in self.tasks}, 1.0)   # positive sizes
         self.anchor = None
         if cfg.kind == "simultaneous":
             self.anchor = max(self.tasks, key=self.n_batches.get) if cfg.anchor is None else cfg.anchor
@@ -116,7 +122,8 @@ def alpha(self:TaskSchedule, epoch:int) -> float|None:
 def probs(self:TaskSchedule, epoch:int) -> dict|None:
     "Task probabilities of the sampled kinds in `epoch` (None for the others)"
     a = self.alpha(epoch)
-    return None if a is None else task_probs(self.n_batches, a, self.cfg.upweight)
+    sizes = self.n_batches if self.cfg.sizes is None else {t: self.cfg.sizes[t] for t in self.tasks}   # the paper's N_i where given
+    return None if a is None else task_probs(sizes, a, self.cfg.upweight)
 
 # %% ../nbs/07_samplers.ipynb #d641a931
 @patch

@@ -100,3 +100,23 @@ def test_rows_of_lee_li_see_their_papers_epoch_sizes():
     assert abs(ex("full-model-anneal3600-60-1e-05-cos") / ex("full-model-anneal3600-20-1e-05") - 3) < 0.01   # 60 epochs against 20
     assert ex("dora16a32qv-anneal3600-concatembed-35-0.0002lrlinsched-16") > 1.3 * ex("lora-concatembed-80-4e-04")
     assert abs(ex("full-model-concatembed-60-1e-05") / ex("dora-anneal1800-concatembed-60-2e-04") - 18_120 / 14_400) < 0.01
+
+
+def test_sampler_claims_draw_with_the_papers_task_sizes():
+    """Where a claim is about a sampler (Liu & Shen (000)'s Table 10, Lee & Li (002)'s annealed rows), the sampling probabilities
+    read the CS224N training sets the papers had (141,506 Quora pairs; 19,012 here), so each task gets the paper's share of the
+    steps: annealed with Lee & Li (002)'s up-weighting, Quora 0.59 of them, not the 0.31 the sizes here give (round robin: 1/3)"""
+    from minbert_nb.config import TrainConfig
+    from minbert_nb.samplers import TaskSchedule
+    paper = dict(sst=8_544, para=141_506, sts=6_040)
+    for tid in ("000-T10", "002-T2"):
+        t = TABLES[tid]
+        for r in t.rows:
+            if r.needs or r.ensemble or r.same_as or r.untrained: continue
+            (c,) = row_configs(t, r, "short")
+            want = paper if c.get("sampler", "round_robin") in ("proportional", "sqrt", "annealed") else None
+            assert c.get("sampling_sizes") == want, (tid, r.name, c.get("sampling_sizes"))
+    t = TABLES["002-T2"]; (c,) = row_configs(t, t.row("full-model-anneal3600-60-1e-05-cos"), "short")
+    cfg = TrainConfig(**{k: v for k, v in c.items() if k != "preset"})
+    s = TaskSchedule(cfg.schedule_config(), dict(sst=1068, para=2377, sts=755), total_epochs=cfg.epochs)   # batches of 8 here
+    assert abs(sum(s.probs(e)["para"] for e in range(1, cfg.epochs + 1)) / cfg.epochs - 0.586) < 0.002
