@@ -18,7 +18,7 @@ from .config import TrainConfig
 from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
-from .tables import BUDGET, BUDGET_SCALE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
+from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision, row_minutes)
@@ -297,7 +297,9 @@ def ablate_show(table:str, scale:str|None=None):
     if table not in TABLES: raise KeyError(f"table {table!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     scale, t = _scale(scale or REPORT_SCALE), TABLES[table]
     print(f"{t.id} at scale {scale}: each row's own optimiser (its paper's at every scale) and its budget"
-          + (f" ({SCALES[scale][BUDGET]:,} examples an epoch)" if BUDGET in SCALES[scale] else " (the paper's own)"))
+          + (f" ({SCALES[scale][BUDGET]:,} examples an epoch" + (", times the row's epoch size where its paper's epochs differ in size"
+                                                                  if any(EPOCH_SIZE in r.scaled for r in t.rows) else "") + ")"
+             if BUDGET in SCALES[scale] else " (the paper's own)"))
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.max_colwidth", 60):
         print(settings_frame(t, scale).drop(columns=["tasks"]).astype(object).fillna("-").to_string())   # blank: the backbone's own, or not trained
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")

@@ -491,7 +491,10 @@ ASSUMED = {   # a table id or a seed -> {setting: the value taken where the repo
             "upweight": "SST and STS x2 in the annealed rows: the report up-weights them 'by 2x, 4x, 8x' without saying which row used "
                         "which; 2x, the least (over the paper's task sizes, `sampling_sizes`: Quora gets 0.59 of the steps over the epochs, round "
                         "robin 0.33)",
-            "contrastive_batch": "32 pairs a batch in the MNRL phase: the report names no batch size for it (its scale, 20, it names)"},
+            "contrastive_batch": "32 pairs a batch in the MNRL phase: the report names no batch size for it (its scale, 20, it names)",
+            "epochs": "a round-robin epoch of 3 x 6,040 examples, every task cut to STS's size (the report's 'downsampling and "
+                      "alternating batches'; 'the model sees all of the STS data and most of the SST data'), against which an "
+                      "annealed row's epoch (its steps x its batch) is sized below `full`"},
     "003": {"schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _HEADS + " (its dropout, 0.3, is BERT's)"},
     "004": {"schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _HEADS + " (its dropout is BERT's)"},
 }

@@ -40,8 +40,8 @@ from .folders import expand, OutputFolder
 # %% auto #0
 __all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
            'predict', 'predict_file', 'amp_dtype', 'precision_name', 'resumed_precision', 'slow_bf16_note',
-           'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'train', 'read_run_config', 'check_same_model',
-           'load_run_weights', 'load_run', 'score_dev']
+           'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'resume_config', 'train', 'read_run_config',
+           'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -267,6 +267,12 @@ class Run:
         self.cfg, self.progress, self.resume, self.init_from, self.on_step = cfg, progress, resume, init_from, on_step
         self.t0, self.code, self.ck, self.folder = time.time(), code_version(), None, None   # the code as it was when the run started
 
+# %% ../nbs/09_train.ipynb #04b5f7e1
+def resume_config(saved:dict) -> dict:
+    "A checkpoint's `config` with every field it predates at the value its run had (`saved_config`: `LEGACY_FIELDS`, else the default)"
+    try: return {**asdict(saved_config(saved)), **saved}
+    except (TypeError, ValueError): return dict(saved)   # a config this version cannot build: compared as it is
+
 # %% ../nbs/09_train.ipynb #5ae14812
 @patch
 def open(self:Run) -> Run:
@@ -286,7 +292,7 @@ def open(self:Run) -> Run:
         if self.resume:
             self.ck = load_checkpoint(run/"last.pt")
             saved = self.ck["config"]
-            check_resume_compatible(saved, {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
+            check_resume_compatible(resume_config(saved), {**asdict(cfg), **{k: saved[k] for k in RUNTIME_FIELDS if k in saved}}, run/"last.pt")
         elif self.main: write_json(asdict(cfg), run/"config.json")
     except BaseException: self.close(failed=True); raise
     self.amp_dtype = amp_dtype(cfg, self.device)
@@ -514,7 +520,7 @@ def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
     st.history.append(row)
     pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
     if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
-    best = st.best is None or _score(m) > st.best
+    best = st.best is None or _score(m) > st.best or self.cfg.contrastive_only   # the epoch `end_epoch` keeps
     print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
           (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
           f" ({st.train_time:.0f}s train)" + (" *best*" if best else ""))

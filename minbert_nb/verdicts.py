@@ -500,7 +500,10 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
 
 # %% ../nbs/16d_verdicts.ipynb #8e14f4b5
 EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
-           "batches of 32 unless the row named its own) where the row now keeps its paper's: re-run pending")
+           "batches of 32 unless the row named its own) where the row now keeps its paper's, and gave every row the same examples "
+           "an epoch (Lee & Li (002)'s annealed and DoRA rows now see their paper epochs' sizes), sampled over the training sets' "
+           "sizes (Liu & Shen (000)'s Table 10 and Lee & Li (002)'s annealed rows now draw with the papers'), and started "
+           "Lee & Li (002)'s multitask phase from the MNRL epoch its untrained heads scored best (now its last): re-run pending")
 
 def earlier_folders(earlier) -> dict:
     "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
