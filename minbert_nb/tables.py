@@ -501,14 +501,19 @@ ASSUMED = {   # a table id or a seed -> {setting: the value taken where the repo
 SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "grad_clip", "hidden_dropout",
             "head_dropout", "batch_size")
 
-def assumed(table:PaperTable) -> dict:
-    """The settings `table`'s rows take where its paper gives no value, each with why (`ASSUMED`): those its rows use (a
-    modules' rate only where a row trains modules, an up-weighting only where a row anneals with one, an MNRL batch only
-    where a row has an MNRL phase, a sampler only where the rows do not vary it)"""
+def assumed(table:PaperTable, rows=None) -> dict:
+    """The settings `table`'s rows (or those named `rows`) take where its paper gives no value, each with why (`ASSUMED`):
+    those the rows use (a modules' rate only where a row trains modules, an up-weighting only where a row anneals with one,
+    an MNRL batch only where a row has an MNRL phase, an epoch's size only where a row's differs, a sampler only where the
+    rows do not vary it)"""
     a = ASSUMED.get(table.id, ASSUMED.get(table.seed, {}))
-    cfgs = [cfg for r in table.rows if not (r.needs or r.ensemble or r.same_as or r.untrained) for cfg in row_configs(table, r, "short")]
+    pick = [table.row(n) for n in rows] if rows is not None else table.rows
+    pick = [table.row(r.same_as) if r.same_as else r for r in pick]
+    pick += [table.row(m) for r in pick for m in r.ensemble]                 # an ensemble's members train
+    cfgs = [cfg for r in pick if not (r.needs or r.ensemble or r.same_as or r.untrained) for cfg in row_configs(table, r, "short")]
     used = dict(lr_adapters=any(c.get("peft", "none") != "none" for c in cfgs), upweight=any(c.get("upweight") for c in cfgs),
                 contrastive_batch=any(p.get("contrastive_only") for c in cfgs for p in c.get("phases") or ()),
+                epochs=any(EPOCH_SIZE in r.scaled for r in pick),
                 sampler=len({TrainConfig(**{k: v for k, v in c.items() if k not in ("preset", "phases")}).sampler for c in cfgs}) == 1)
     return {k: v for k, v in a.items() if used.get(k, True)}
 

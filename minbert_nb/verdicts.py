@@ -803,7 +803,8 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
         out += [f"## {t}", "", f"![Claims of {t}: each seed's difference, our mean and interval, the paper's value](figures/{t}.png)", "",
                 f"- ours: {d['setting'].iloc[0] or 'not run yet'}", f"- the paper: {PAPER_SETTING}"]
         st = d.get("settings", pd.Series("", index=d.index)); at, old = int((st == "paper").sum()), int((st == "earlier").sum())
-        if at and (a := assumed(TABLES[t])):   # what could decide a verdict, unsaid by the paper
+        rows = sorted({n for _, r in d[st == "paper"].iterrows() for n in (*r.a_rows.split(";"), *r.b_rows.split(";"))})
+        if at and (a := assumed(TABLES[t], rows)):   # what could decide those verdicts, unsaid by the paper
             out.append("- settings the paper does not give, ours" + (f" (in the runs of the {_n(at, 'claim')} at the papers' settings; "
                                                                      f"{old} ran at the earlier settings)" if old else "")
                        + " (`minbert_ablate show " + t + "`): " + "; ".join(f"{k} = {v}" for k, v in a.items()))
