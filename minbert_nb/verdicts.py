@@ -694,7 +694,9 @@ def _claim_lines(r, p:bool, root=".") -> list:
            f"- {r.metric}: A = {r.a_rows.replace(';', ' + ')} vs B = {r.b_rows.replace(';', ' + ')}; the paper asserts {CLAIMS[r.claim].asserts}",
            f"- paper {_f(r.paper_diff, p)}; ours {_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}] over {_n(r.seeds, 'seed')}"
            + (f" at scale `{r.scale}` ({r.folder})" if isinstance(r.scale, str) and r.scale else " (no run folder for this table)")]
-    if r.get("settings") == "earlier": out.append(f"- settings: earlier, {EARLIER}")
+    if r.get("settings") == "earlier":   # what those runs had is said once, at the top
+        out.append("- settings: earlier: runs made before the rows kept their paper's settings (the top's Settings paragraph says how they "
+                   "differ; `results/ablate-scale-rates`): re-run pending")
     if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
     if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
         test = {"no effect": "the test against its margin", "within": "the non-inferiority test"}.get(CLAIMS[r.claim].kind, "paired t-test")
