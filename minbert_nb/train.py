@@ -508,6 +508,12 @@ def _evaluate(self:Run) -> tuple:
 
 # %% ../nbs/09_train.ipynb #efa67766
 @patch
+def _keeps(self:Run, m:dict) -> bool:
+    """Whether the epoch scored `m` is the one the run keeps (its weights, dev predictions, metrics): the best so far; in a
+    contrastive-only phase (an MNRL phase, Lee & Li (002)), which trains no head and so reads heads as they were built, the last"""
+    return self.st.best is None or _score(m) > self.st.best or self.cfg.contrastive_only
+
+@patch
 def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
     "The epoch's row of `history.csv` (scores, losses, timings, throughput), the probe's log, and a line on the terminal"
     st, opt = self.st, self.opt
@@ -520,7 +526,7 @@ def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
     st.history.append(row)
     pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
     if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
-    best = st.best is None or _score(m) > st.best or self.cfg.contrastive_only   # the epoch `end_epoch` keeps
+    best = self._keeps(m)
     print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
           (f" | raw weights: overall={raw_m['overall']:.4f}" if "overall" in raw_m else "") +
           f" ({st.train_time:.0f}s train)" + (" *best*" if best else ""))
@@ -533,9 +539,7 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
     if self.main:
         m, preds, raw_m, weights = self._evaluate()
         self._log_epoch(epoch, m, raw_m)
-        # keep the best epoch's weights and dev predictions; a contrastive-only phase (an MNRL phase, Lee & Li (002)) trains no
-        # head, so its dev scores read heads as they were built: it keeps its last epoch, as a pretraining phase does
-        if st.best is None or _score(m) > st.best or cfg.contrastive_only:
+        if self._keeps(m):   # the best epoch's weights and dev predictions (a contrastive-only phase: the last's)
             st.best, st.best_epoch, st.best_metrics = _score(m), epoch, dict(m)
             atomic_save(dict(model=weights or self.model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=self.code), self.dir/"best.pt")
             for t, df in preds.items(): write_predictions(df, t, prediction_path(self.dir, t, "dev")); write_raw(df, t, raw_path(self.dir, t, "dev"))
