@@ -271,9 +271,6 @@ DIFFERS = {
               "training may not have appeared yet",
     "capacity": "MiniLM has 6 layers of width 384 (22.7M parameters), bert-base 12 of 768 (110M): modules sized per layer or "
                 "width are a different share of the model here",
-    "selection": "the paper keeps each run's epoch with the best plain average of SST, Quora and STS ('the model with best "
-                 "average validation across over three tasks each epoch'); the runs here keep the epoch of the best CS224N overall, "
-                 "where STS counts 1/6: where the two pick different epochs, a row reads a little lower on the average here",
     "truncation": "below `full` inputs are cut to 64 tokens, and 98% of CFIMDB's training reviews are longer (median 205 "
                   "word pieces): the rows read the opening of each review",
 }
@@ -296,8 +293,6 @@ _DIFFERS_OF = {
                  "002-T2-full-vs-lora", "002-T2-dora-vs-lora", "000-T4-prefix-finetune-base", "000-T4-prefix-finetune-sbert", "002-T2-full-vs-dora",
                  "000-T4-prefix-pretrain-near"),
     "truncation": ("000-T3-finetune-cfimdb",),
-    # every claim of Liu & Shen (000)'s multitask tables (Tables 3 and 7 train one task a run, and keep the epoch of its score)
-    "selection": tuple(k for k, c in CLAIMS.items() if c.table in ("000-T4", "000-T6", "000-T10", "000-T11")),
 }
 for _k, _ids in _DIFFERS_OF.items():
     for _id in _ids:

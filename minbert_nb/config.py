@@ -18,9 +18,9 @@ from .multitask import ModelConfig, MODEL_RANGES, PEFT_RANGES, Range, COUNT, che
 from .samplers import SCHEDULE_KINDS, SAMPLED_KINDS, ScheduleConfig
 
 # %% auto #0
-__all__ = ['OFFSET_POSITIONS', 'CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'TRAIN_RANGES', 'FIELD_RANGES', 'LEGACY_FIELDS',
-           'PRESETS', 'GPU_PRESETS', 'backbone_positions', 'parse_tasks', 'TrainConfig', 'saved_config',
-           'preset_config', 'config_fields', 'config_from_args', 'parse_train_args']
+__all__ = ['OFFSET_POSITIONS', 'CONTRASTIVE_SOURCES', 'TRAIN_SAMPLERS', 'SELECT_BY', 'TRAIN_RANGES', 'FIELD_RANGES',
+           'LEGACY_FIELDS', 'PRESETS', 'GPU_PRESETS', 'backbone_positions', 'parse_tasks', 'TrainConfig',
+           'saved_config', 'preset_config', 'config_fields', 'config_from_args', 'parse_train_args']
 
 # %% ../nbs/08c_config.ipynb #f23aec23
 OFFSET_POSITIONS = ("mpnet", "roberta", "xlm-roberta", "camembert")   # model types whose position ids start at pad_token_id + 1
@@ -53,6 +53,9 @@ def backbone_positions(backbone) -> int|None:
 # %% ../nbs/08c_config.ipynb #d818cf13
 CONTRASTIVE_SOURCES = ("quora-positives", "para", "sts")   # where positive pairs for the contrastive objective come from (and any pair task with `positive_at`)
 TRAIN_SAMPLERS = tuple(k for k in SCHEDULE_KINDS if k != "custom")   # 'custom' needs an exponent, set through ScheduleConfig
+# which dev score picks the epoch a run keeps (09_train `epoch_score`): CS224N's overall, where STS's correlation counts (r + 1) / 2,
+# or the plain mean of every scored task's primary metric, STS's r as it is (Liu & Shen (000) keep "the model with best average")
+SELECT_BY = ("overall", "mean")
 
 def parse_tasks(v) -> tuple:
     "Task names as a tuple, from a comma list (`'sst,para'`, as on the command line) or any sequence"
@@ -130,6 +133,7 @@ class TrainConfig(ModelConfig):
     upweight: dict|None = None       # sampled kinds: extra factor per task, e.g. {"sst": 2, "sts": 2}
     sampling_sizes: dict|None = None # sampled kinds: the task sizes the probabilities read, e.g. a paper's training sets (07_samplers); None = the data's
     epochs: int = 3
+    select: str = "overall"          # the dev score that picks the epoch a run keeps: overall (CS224N's) | mean (the plain mean of the tasks' primary scores)
     # --- optimisation
     lr_backbone: float = 1e-5        # pretrained weights: small steps
     lr_heads: float = 1e-3           # fresh heads: larger steps
@@ -209,6 +213,7 @@ def _check_run_choices(self:TrainConfig):
     "Refuse a setting that is not one of its allowed values (a sampler, a schedule, amp, a compile mode, the contrastive sources, ...)"
     if self.sampler not in TRAIN_SAMPLERS: raise ValueError(f"sampler={self.sampler!r}: expected one of {', '.join(TRAIN_SAMPLERS)}.")
     if self.schedule not in SCHEDULES: raise ValueError(f"--schedule {self.schedule!r}: expected one of {', '.join(SCHEDULES)}.")
+    if self.select not in SELECT_BY: raise ValueError(f"--select {self.select!r}: expected one of {', '.join(SELECT_BY)}.")
     if self.amp not in ("auto", "bf16", "off"): raise ValueError(f"amp={self.amp!r}: expected auto, bf16 or off.")
     if self.compile_mode not in (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
         raise ValueError(f"compile_mode={self.compile_mode!r}: expected default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs.")

@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/reproduce.html.md"""
 
 # %% ../nbs/16e_reproduce.ipynb #7e36506e
 from __future__ import annotations
-import argparse, itertools, os, subprocess, sys, time
+import argparse, itertools, json, os, subprocess, sys, time
 import numpy as np
 import pandas as pd
 import torch
@@ -15,22 +15,25 @@ from tqdm.auto import tqdm
 from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe
 from .data import DataError
 from .config import TrainConfig
+from .checkpoint import write_json
+from .train import reselect
 from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
-from .table_report import write_table
+from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision, row_minutes)
 from .claims import CLAIMS
-from .verdicts import row_runs, write_report, verdicts_frame, PRECISION_RESULTS
+from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
 # %% auto #0
 __all__ = ['REPORT_SCALE', 'EARLIER_RESULTS', 'FIRST_TABLES', 'table_priority', 'reads', 'claim_rows', 'run_order',
            'folder_seeds', 'orphaned', 'here_device', 'seed_device', 'claim_seeds', 'plan_frame', 'plan_commands',
            'calls_here', 'write_plan', 'worker_env', 'table_from_runs', 'run_calls', 'ablate_list', 'ablate_table',
-           'ablate_show', 'ablate_report', 'plan_summary', 'plan_times', 'budget_claims', 'ablate_plan',
-           'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate', 'ablate_parser']
+           'ablate_show', 'reselect_table', 'ablate_reselect', 'ablate_report', 'plan_summary', 'plan_times',
+           'budget_claims', 'ablate_plan', 'ablate_reproduce', 'legacy_command', 'parse_ablate', 'minbert_ablate',
+           'ablate_parser']
 
 # %% ../nbs/16e_reproduce.ipynb #4761a3eb
 REPORT_SCALE = "short"   # the scale of the report's tables (`16_tables` chose it from learning curves)
@@ -304,6 +307,49 @@ def ablate_show(table:str, scale:str|None=None):
         print(settings_frame(t, scale).drop(columns=["tasks"]).astype(object).fillna("-").to_string())   # blank: the backbone's own, or not trained
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
 
+# %% ../nbs/16e_reproduce.ipynb #1bd7e3e3
+def reselect_table(table_id:str, out, scale:str) -> dict:
+    """The finished runs of `table_id` in table folder `out` (its `seed-K/` folders, else its own rows) brought to the rule its
+    rows choose today for the epoch a run keeps (`select`), where that rule is all they differ in (`is_stale` but `select`):
+    each `reselect`ed (09_train), its row's row.json to its runs' metrics, and the table's files written again. A run that
+    `reselect` refuses (one holding its kept epoch's weights or dev predictions, one an ensemble of the table combined where
+    another epoch would be kept) keeps its files and stays stale, as does the ensemble over it (`plan` lists them). Returns {'reselected':
+    [(run, epoch before, epoch after)], 'refused': [(run, why)]}"""
+    t, out = TABLES[table_id], Path(out)
+    done, refused = [], []
+    for d in [d for d in sorted(out.glob("seed-*")) if d.name[5:].isdigit()] or [out]:
+        for r in t.rows:
+            if r.same_as or r.ensemble or r.untrained or r.needs or (rec := row_record(d, t, r)) is None: continue
+            runs = [Path(p) for p in rec["runs"]]
+            todo = [p for p in runs if is_stale(t, r, p, scale) and not is_stale(t, r, p, scale, but=("select",))]
+            want = {TrainConfig(**{k: v for k, v in c.items() if k != "preset"}).select for c in row_configs(t, r, scale)}
+            if not todo or len(want) != 1: continue
+            for p in todo:
+                ens = [o.name for o in t.rows if r.name in o.ensemble and row_record(d, t, o) is not None]   # combined its predictions
+                try: x = reselect(p, *want, read_by=f"the ensemble {', '.join(ens)} (its dev predictions)" if ens else None)
+                except (ValueError, FileNotFoundError) as e: refused.append((str(p), str(e))); continue
+                done.append((str(p), x["before"], x["after"]))
+            if not any(is_stale(t, r, p, scale) for p in runs):   # every run of the row reads as it would today: so does the row
+                f = row_dir(d, t, r)/"row.json"
+                write_json(dict(json.loads(f.read_text()), metrics=merge_metrics([json.loads((p/"metrics.json").read_text()) for p in runs])), f)
+    if done: table_from_runs(table_id, out, scale)
+    return dict(reselected=done, refused=refused)
+
+def ablate_reselect(table:str, scale:str|None=None, out:str|None=None):
+    """`minbert_ablate reselect TABLE`: no training; read the table's finished runs again where the rule that picks the epoch a
+    run keeps is all that changed (`reselect_table`); out: default the report's folder, results/ablate/TABLE-SCALE"""
+    if table not in TABLES: raise KeyError(f"table {table!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
+    scale = _scale(scale or REPORT_SCALE)
+    out = expand(out) or Path(f"results/ablate/{table}-{scale}")
+    if not out.is_dir(): raise FileNotFoundError(f"{out}: no such table folder; give --out the folder `minbert_ablate table {table}` ran into.")
+    res = reselect_table(table, out, scale)
+    for run, b, a in res["reselected"]: print(f"{run}: epoch {b} -> {a}" if a != b else f"{run}: epoch {b}, as before")
+    for run, why in res["refused"]: print(f"refused: {why}")
+    moved = sum(a != b for _, b, a in res["reselected"])
+    print(f"{len(res['reselected'])} run(s) reselected ({moved} keep another epoch), {len(res['refused'])} refused"
+          + (": those train again (`minbert_ablate plan` lists them, with what to delete first)" if res["refused"] else ""))
+
+
 # %% ../nbs/16e_reproduce.ipynb #33d6467a
 def ablate_report(results:str="results/ablate", report_out:str="results/reproduction", scale:str|None=None, earlier:str|None=EARLIER_RESULTS,
                   other:str|None=PRECISION_RESULTS):
@@ -461,6 +507,8 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
              ("results", "scale", "device", "budget")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "
                               "figures), and plan.csv", ("results", "report_out", "scale", "earlier")),
+    "reselect": (ablate_reselect, "no training: read a table's finished runs again where only the rule that picks the epoch a run keeps "
+                                  "(select) changed", ("scale", "out")),
     "reproduce": (ablate_reproduce, "run what `plan` lists, the claims' rows first (resumable); then `report`",
                   ("results", "report_out", "scale", "device", "data_dir", "workers", "hours", "until", "quiet", "earlier", "budget")),
 }
@@ -520,7 +568,7 @@ def ablate_parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=what, description=what, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         s._negative_number_matcher = p._negative_number_matcher
         if name == "list": s.add_argument("table", nargs="?", metavar="TABLE", help="a table id: list its rows")
-        if name in ("table", "show"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
+        if name in ("table", "show", "reselect"): add_arg(s, "table", help="table id, e.g. 000-T10 (`minbert_ablate list`)")
         for o in options: add_arg(s, o, *_OPTIONS[o])
     return p
 minbert_ablate.parser, minbert_ablate.main = ablate_parser, minbert_ablate   # as for the `cli` commands (00_core)

@@ -20,7 +20,7 @@ from .core import set_seed, default_device, cpu_bf16_supported, cpu_has_native_b
 from .attention import configure_sdpa
 from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
-from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
+from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, TASKS, get_task, read_generic
 from .loaders import make_loader, TaskDataset
 from .multitask import MultitaskBert, one_length
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
@@ -33,15 +33,16 @@ from .distill import TeacherTargets, DistillTerm, load_teachers
 from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
 from .checkpoint import (atomic_save, load_checkpoint, rng_state, set_rng_state, GracefulStop, TrainingInterrupted,
                                    check_resume_compatible, write_json)
-from .config import TrainConfig, saved_config
+from .config import TrainConfig, saved_config, SELECT_BY
 from .run_data import build_data
 from .folders import expand, OutputFolder
 
 # %% auto #0
-__all__ = ['RUNTIME_FIELDS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'optimizer_updates', 'dist_env',
-           'predict', 'predict_file', 'amp_dtype', 'precision_name', 'resumed_precision', 'slow_bf16_note',
-           'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run', 'resume_config', 'train', 'read_run_config',
-           'check_same_model', 'load_run_weights', 'load_run', 'score_dev']
+__all__ = ['RUNTIME_FIELDS', 'RUN_COLUMNS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'epoch_score',
+           'optimizer_updates', 'dist_env', 'predict', 'predict_file', 'amp_dtype', 'precision_name',
+           'resumed_precision', 'slow_bf16_note', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run',
+           'resume_config', 'keeps', 'train', 'read_run_config', 'check_same_model', 'load_run_weights', 'load_run',
+           'score_dev', 'kept_epoch', 'reselect']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -105,8 +106,12 @@ def plot_history(hist:pd.DataFrame, path) -> Path:
     return Path(path)
 
 # %% ../nbs/09_train.ipynb #576314eb
-def _score(m:dict) -> float:
-    "What picks the best epoch: the mean over every task's primary metric when a declared task is scored, else CS224N's overall, else the mean of the scores"
+def epoch_score(m:dict, select:str="overall") -> float:
+    """What picks the best epoch of dev scores `m` (`select`, config's `SELECT_BY`): 'mean', the plain mean of every scored task's
+    primary metric (accuracies and correlations as they are); 'overall', the mean of the primary metrics when a declared task is
+    scored, else CS224N's overall (where STS's r counts (r + 1) / 2), else the mean of the scores"""
+    primary = [m[t.metric_key] for t in TASKS.values() if t.metric_key in m]
+    if select == "mean" and primary: return float(np.mean(primary))
     if MEAN_KEY in m: return m[MEAN_KEY]
     if "overall" in m: return m["overall"]
     keys = [k for k in m if k.endswith(("_acc", "_corr"))]
@@ -507,11 +512,19 @@ def _evaluate(self:Run) -> tuple:
     return m, preds, raw_m, weights
 
 # %% ../nbs/09_train.ipynb #efa67766
+def keeps(best:float|None, m:dict, select:str="overall", last:bool=False) -> bool:
+    """Whether an epoch scored `m` on dev is kept (its weights, dev predictions, metrics) over the best so far (`best`, its
+    `epoch_score` by `select`; None: no epoch yet): when it scores higher (a tie keeps the earlier); every epoch when `last`"""
+    return best is None or epoch_score(m, select) > best or last
+
 @patch
 def _keeps(self:Run, m:dict) -> bool:
-    """Whether the epoch scored `m` is the one the run keeps (its weights, dev predictions, metrics): the best so far; in a
-    contrastive-only phase (an MNRL phase, Lee & Li (002)), which trains no head and so reads heads as they were built, the last"""
-    return self.st.best is None or _score(m) > self.st.best or self.cfg.contrastive_only
+    """Whether the epoch scored `m` is the one the run keeps: the best so far by the config's `select`; in a contrastive-only phase
+    (an MNRL phase, Lee & Li (002)), which trains no head and so reads heads as they were built, the last"""
+    return keeps(self.st.best, m, self.cfg.select, self.cfg.contrastive_only)
+
+# the columns of a history.csv line that are not dev scores (then the scores, `train_loss_TASK` and the EMA's `raw_` scores)
+RUN_COLUMNS = ("epoch", "step", "train_loss", "train_time_s", "eval_time_s", "data_time_s", "train_ex_per_s", "train_padding_fraction", "amp", "lr")
 
 @patch
 def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
@@ -540,7 +553,7 @@ def end_epoch(self:Run, epoch:int, stop:GracefulStop):
         m, preds, raw_m, weights = self._evaluate()
         self._log_epoch(epoch, m, raw_m)
         if self._keeps(m):   # the best epoch's weights and dev predictions (a contrastive-only phase: the last's)
-            st.best, st.best_epoch, st.best_metrics = _score(m), epoch, dict(m)
+            st.best, st.best_epoch, st.best_metrics = epoch_score(m, cfg.select), epoch, dict(m)
             atomic_save(dict(model=weights or self.model.state_dict(), config=asdict(cfg), epoch=epoch, metrics=m, code=self.code), self.dir/"best.pt")
             for t, df in preds.items(): write_predictions(df, t, prediction_path(self.dir, t, "dev")); write_raw(df, t, raw_path(self.dir, t, "dev"))
     st.next_epoch(epoch + 1)   # the next epoch counts afresh
@@ -703,3 +716,59 @@ def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
     m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size) for t, ds in data["dev"].items()}, device,
                     amp_dtype(c, device), progress=progress)
     return m
+
+# %% ../nbs/09_train.ipynb #3d51b55c
+def _scores_of(row:dict) -> dict:
+    "The dev scores in a `history.csv` line `row` (a dict): every column but `RUN_COLUMNS`, the losses and the EMA's raw scores, where set"
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()
+            if k not in RUN_COLUMNS and not k.startswith(("train_loss_", "raw_")) and not (isinstance(v, float) and math.isnan(v))}
+
+def kept_epoch(history, select:str="overall", last:bool=False) -> int:
+    "The epoch a run keeps out of `history` (its history.csv, as a DataFrame or a list of its lines as dicts) when `select` picks it (`keeps`)"
+    rows = history.to_dict("records") if isinstance(history, pd.DataFrame) else list(history)
+    best, epoch = None, None
+    for r in rows:
+        m = _scores_of(r)
+        if keeps(best, m, select, last): best, epoch = epoch_score(m, select), int(r["epoch"])
+    if epoch is None: raise ValueError("an empty history: no epoch was scored, so none can be kept")
+    return epoch
+
+def reselect(run, select:str, read_by:str|None=None) -> dict:
+    """Finished run folder `run` as it would have ended had `select` (`SELECT_BY`) picked the epoch it keeps: config.json's
+    `select`, metrics.json's scores and `best_epoch` from the history.csv line of that epoch, and `reselected` (the choice and
+    epoch before, the code). Refused, saying why, for a phased run, a run holding best.pt or dev predictions of an epoch it
+    would no longer keep, one whose kept epoch's outputs something has read (`read_by`, e.g. an ensemble that combined its dev
+    predictions) where another epoch would be kept, and a run whose files disagree. Returns {'before': epoch, 'after': epoch};
+    writes nothing when the run already selects so"""
+    run = Path(run)
+    if select not in SELECT_BY: raise ValueError(f"select={select!r}: expected one of {', '.join(SELECT_BY)}.")
+    for f in ("config.json", "metrics.json", "history.csv"):
+        if not (run/f).is_file(): raise FileNotFoundError(f"{run/f}: missing; reselect reads a finished run's config.json, metrics.json and history.csv.")
+    cfg, m = (json.loads((run/f).read_text()) for f in ("config.json", "metrics.json"))
+    was, last, before = cfg.get("select", "overall"), bool(cfg.get("contrastive_only")), int(m["best_epoch"])
+    if was == select: return dict(before=before, after=before)
+    if cfg.get("phases"):
+        raise ValueError(f"{run}: a phased run (config.json's phases): each phase starts from the weights the phase before kept, so "
+                         f"another choice would have trained the later phases otherwise; train it again with --select {select}.")
+    hist = pd.read_csv(run/"history.csv")
+    if (k := kept_epoch(hist, was, last)) != before:
+        raise ValueError(f"{run}: metrics.json keeps epoch {before}, but history.csv's scores pick epoch {k} by {was}: the files "
+                         "disagree (one was edited, or comes from another run); train the run again.")
+    after = kept_epoch(hist, select, last)
+    held = [f for f in ("best.pt", "predictions") if (run/f).exists()]
+    if after != before and held:
+        raise ValueError(f"{run}: {select} keeps epoch {after} where the run kept epoch {before}, and its {' and '.join(held)} hold "
+                         f"epoch {before}'s weights or dev predictions, which history.csv cannot give for epoch {after}: train the "
+                         f"run again with --select {select} (or, if nothing reads them, move {' and '.join(held)} away and reselect).")
+    line = lambda e: hist[hist.epoch == e].iloc[0].to_dict()
+    if after != before and read_by:
+        raise ValueError(f"{run}: {select} keeps epoch {after} where the run kept epoch {before}, whose outputs {read_by} read: "
+                         f"train the run again with --select {select}, and what read it after it.")
+    row, old = line(after), _scores_of(line(before))
+    new = {**_scores_of(row), **{k: v for k, v in m.items() if k not in old}, "best_epoch": after,
+           "reselected": dict(select_before=was, epoch_before=before, code=code_version())}
+    if "ema" in new:   # what the raw weights of the kept epoch scored
+        new["ema"] = dict(new["ema"], raw_weights={k[4:]: v for k, v in row.items() if k.startswith("raw_") and not pd.isna(v)})
+    write_json(dict(cfg, select=select), run/"config.json"); write_json(new, run/"metrics.json")
+    return dict(before=before, after=after)
+

@@ -112,10 +112,10 @@ def pick_folder(cands:list, scale:str|None=None) -> dict|None:
 # %% ../nbs/16d_verdicts.ipynb #fc468294
 _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_tasks")   # a run's own settings, not the row's
 
-def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
+def is_stale(table:PaperTable, row:Row, run, scale:str|None, but=()) -> bool:
     """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry was fixed
-    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets (an
-    ensemble's: other members or other combining methods)"""
+    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets, but those
+    in `but` (an ensemble's: other members or other combining methods)"""
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
@@ -125,15 +125,17 @@ def is_stale(table:PaperTable, row:Row, run, scale:str|None) -> bool:
         return [Path(m).name for m in saved.get("members", ())] != want or saved.get("methods") != norm(row.ensemble_methods)
     def agrees(w):
         want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
-        return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW)
+        return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW and k not in but)
     return not any(agrees(w) for w in row_configs(table, row, scale))
 
 # %% ../nbs/16d_verdicts.ipynb #506df522
 def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
     """The run folders (each with metrics.json) behind `row` in the table folder `rows_of` ([] when the row has not finished,
-    or, given the folder's `scale`, when a run trained a configuration the registry has since changed: `is_stale`)"""
+    or, given the folder's `scale`, when a run trained a configuration the registry has since changed: `is_stale`; an
+    ensemble, when one of its members' runs did: it combined them)"""
     if row.same_as: return row_runs(table, table.row(row.same_as), rows_of, scale)
     if row_record(rows_of, table, row) is None: return []
+    if row.ensemble and scale is not None and not all(row_runs(table, table.row(m), rows_of, scale) for m in row.ensemble): return []
     f = row_dir(rows_of, table, row)
     runs = [f] if (f/"metrics.json").is_file() else sorted(p.parent for p in f.glob("*/metrics.json"))
     return [] if any(is_stale(table, row, r, scale) for r in runs) else runs
@@ -502,8 +504,10 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
 EARLIER = ("runs made while the scale set every row's optimiser (5e-5 for BERT, 1e-3 for heads and modules, warm-up 0.1, "
            "batches of 32 unless the row named its own) where the row now keeps its paper's, and gave every row the same examples "
            "an epoch (Lee & Li (002)'s annealed and DoRA rows now see their paper epochs' sizes), sampled over the training sets' "
-           "sizes (Liu & Shen (000)'s Table 10 and Lee & Li (002)'s annealed rows now draw with the papers'), and started "
-           "Lee & Li (002)'s multitask phase from the MNRL epoch its untrained heads scored best (now its last): re-run pending")
+           "sizes (Liu & Shen (000)'s Table 10 and Lee & Li (002)'s annealed rows now draw with the papers'), kept each run's "
+           "epoch of the best CS224N overall (Liu & Shen (000)'s multitask rows now keep the best plain mean, as the paper does), "
+           "and started Lee & Li (002)'s multitask phase from the MNRL epoch its untrained heads scored best (now its last): "
+           "re-run pending")
 
 def earlier_folders(earlier) -> dict:
     "`table_folders` of the folder `earlier` (runs of an earlier registry), each marked to be read as it ran; {} when there is none"
