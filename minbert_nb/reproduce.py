@@ -370,13 +370,23 @@ def plan_summary(plan:pd.DataFrame, scale:str, results) -> str:
             f"{int(plan['phase_copies'].map(len).sum())} copy their first phase from another row's and train the rest) "
             f"in {results}; {int(plan['done'].map(len).sum())} done")
 
+def _only_select(r, scale:str) -> bool:
+    "Whether the stale runs of plan line `r` differ from their row today in `select` alone (`minbert_ablate reselect` reads them again)"
+    t = TABLES[r.table]; row = t.row(r["name"])
+    runs = [Path(p) for s in r.stale for p in (row_record(seed_dir(r.out, s), t, row) or {}).get("runs", ())]
+    return not row.ensemble and bool(runs) and not any(is_stale(t, row, p, scale, but=("select",)) for p in runs)
+
 def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
-    "What no call of the plan makes: ensembles whose finished members lost their dev predictions, finished runs the registry has changed"
+    """What no call of the plan makes: ensembles whose finished members lost their dev predictions, finished runs the registry
+    has changed (those that changed only how a run keeps its epoch, `reselect` reads again)"""
     return ([f"note: {t_id} / {name}, seed {s}: the dev predictions of its finished members {', '.join(gone)} are gone "
              "(they are not committed; the ensemble reads them): delete those folders to train them again"
              for t_id, name, s, gone in orphaned(results, scale)]
-            + [f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: the finished run trained a configuration the "
-               f"registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of that row to train it again"
+            + [f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: " +
+               (f"the finished run kept its epoch by another rule than the row chooses today (select); `minbert_ablate reselect "
+                f"{r.table} --out {r.out}` reads it again, training nothing" if _only_select(r, scale) else
+                f"the finished run trained a configuration the registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of "
+                "that row to train it again")
                for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
