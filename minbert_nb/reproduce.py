@@ -20,10 +20,10 @@ from .train import reselect
 from .phases import phase_configs
 from .checkpoint import TrainingInterrupted
 from .folders import expand
-from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, list_tables, row_configs, settings_frame, assumed
+from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -308,31 +308,46 @@ def ablate_show(table:str, scale:str|None=None):
     for k, why in assumed(t).items(): print(f"not given by the paper: {k} = {why}")
 
 # %% ../nbs/16e_reproduce.ipynb #1bd7e3e3
+def _reselect_args(t:PaperTable, r:Row, rows_of, scale:str) -> tuple:
+    """What `reselect` takes for the runs of row `r` in `rows_of` at `scale`: the `select` the row chooses today (None where its
+    runs choose differently), and what read their kept epoch's outputs (an ensemble of the table finished over them)"""
+    want = {TrainConfig(**{k: v for k, v in c.items() if k != "preset"}).select for c in row_configs(t, r, scale)}
+    ens = [o.name for o in t.rows if r.name in o.ensemble and row_record(rows_of, t, o) is not None]
+    return (want.pop() if len(want) == 1 else None), (f"the ensemble {', '.join(ens)} (its dev predictions)" if ens else None)
+
+def _select_only(t:PaperTable, r:Row, runs:list, scale:str) -> list:
+    "Those of `runs` (of row `r`) that differ from the row today in `select` alone"
+    return [p for p in runs if is_stale(t, r, p, scale) and not is_stale(t, r, p, scale, but=("select",))]
+
 def reselect_table(table_id:str, out, scale:str) -> dict:
     """The finished runs of `table_id` in table folder `out` (its `seed-K/` folders, else its own rows) brought to the rule its
     rows choose today for the epoch a run keeps (`select`), where that rule is all they differ in (`is_stale` but `select`):
-    each `reselect`ed (09_train), its row's row.json to its runs' metrics, and the table's files written again. A run that
-    `reselect` refuses (one holding its kept epoch's weights or dev predictions, one an ensemble of the table combined where
-    another epoch would be kept) keeps its files and stays stale, as does the ensemble over it (`plan` lists them). Returns {'reselected':
-    [(run, epoch before, epoch after)], 'refused': [(run, why)]}"""
+    each `reselect`ed (09_train), its row's row.json (and a `same_as` row's) to its runs' metrics, and the table's files written
+    again. A run that `reselect` refuses (one holding its kept epoch's weights or dev predictions, one an ensemble of the table
+    combined where another epoch would be kept, one scored after training on other tasks) keeps its files and stays stale, as
+    does an ensemble over it (`plan` says what to do). Returns {'reselected': [(run, epoch before, epoch after)], 'refused':
+    [(run, why)]}"""
     t, out = TABLES[table_id], Path(out)
     done, refused = [], []
-    for d in [d for d in sorted(out.glob("seed-*")) if d.name[5:].isdigit()] or [out]:
+    seeds = [d for d in sorted(out.glob("seed-*")) if d.name[5:].isdigit()]
+    for d in seeds or [out]:
         for r in t.rows:
-            if r.same_as or r.ensemble or r.untrained or r.needs or (rec := row_record(d, t, r)) is None: continue
+            if r.same_as or r.ensemble or r.untrained or (rec := row_record(d, t, r)) is None: continue
             runs = [Path(p) for p in rec["runs"]]
-            todo = [p for p in runs if is_stale(t, r, p, scale) and not is_stale(t, r, p, scale, but=("select",))]
-            want = {TrainConfig(**{k: v for k, v in c.items() if k != "preset"}).select for c in row_configs(t, r, scale)}
-            if not todo or len(want) != 1: continue
-            for p in todo:
-                ens = [o.name for o in t.rows if r.name in o.ensemble and row_record(d, t, o) is not None]   # combined its predictions
-                try: x = reselect(p, *want, read_by=f"the ensemble {', '.join(ens)} (its dev predictions)" if ens else None)
+            select, read_by = _reselect_args(t, r, d, scale)
+            if select is None: continue
+            for p in _select_only(t, r, runs, scale):
+                try: x = reselect(p, select, read_by=read_by)
                 except (ValueError, FileNotFoundError) as e: refused.append((str(p), str(e))); continue
                 done.append((str(p), x["before"], x["after"]))
             if not any(is_stale(t, r, p, scale) for p in runs):   # every run of the row reads as it would today: so does the row
                 f = row_dir(d, t, r)/"row.json"
                 write_json(dict(json.loads(f.read_text()), metrics=merge_metrics([json.loads((p/"metrics.json").read_text()) for p in runs])), f)
-    if done: table_from_runs(table_id, out, scale)
+        for r in t.rows:   # a row built exactly like another shows that row's run: its metrics as they read now
+            if r.same_as and (rec := row_record(d, t, r)) is not None and (o := row_record(d, t, t.row(r.same_as))) is not None:
+                write_json(dict(json.loads((row_dir(d, t, r)/"row.json").read_text()), metrics=o["metrics"]), row_dir(d, t, r)/"row.json")
+    if done and seeds: table_from_runs(table_id, out, scale)
+    elif done: write_table(t, _done(t, out, {}), out, scale)
     return dict(reselected=done, refused=refused)
 
 def ablate_reselect(table:str, scale:str|None=None, out:str|None=None):
@@ -370,24 +385,35 @@ def plan_summary(plan:pd.DataFrame, scale:str, results) -> str:
             f"{int(plan['phase_copies'].map(len).sum())} copy their first phase from another row's and train the rest) "
             f"in {results}; {int(plan['done'].map(len).sum())} done")
 
-def _only_select(r, scale:str) -> bool:
-    "Whether the stale runs of plan line `r` differ from their row today in `select` alone (`minbert_ablate reselect` reads them again)"
-    t = TABLES[r.table]; row = t.row(r["name"])
-    runs = [Path(p) for s in r.stale for p in (row_record(seed_dir(r.out, s), t, row) or {}).get("runs", ())]
-    return not row.ensemble and bool(runs) and not any(is_stale(t, row, p, scale, but=("select",)) for p in runs)
+def _stale_note(r, scale:str) -> str:
+    """What to do about the stale runs of plan line `r`: read them again (`minbert_ablate reselect`, where they differ from
+    their row in `select` alone and `reselect` can), train them again, or, for an ensemble over stale members, those first"""
+    t = TABLES[r.table]; row = t.row(r["name"]); of = lambda s: seed_dir(r.out, s)
+    where, folders = f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: ", [row_dir(of(s), t, row) for s in r.stale]
+    if row.ensemble and (members := [m for m in row.ensemble if any(row_record(of(s), t, t.row(m)) is not None
+                                                                    and not row_runs(t, t.row(m), of(s), scale) for s in r.stale)]):
+        return (where + f"an ensemble over {', '.join(members)}, whose finished runs are stale (their notes say what to do); once they "
+                f"read as their rows today, it counts again if they kept their epochs, else delete {', '.join(map(str, folders))} to combine them anew")
+    runs = [(s, Path(p)) for s in r.stale for p in (row_record(of(s), t, row) or {}).get("runs", ())]
+    if row.ensemble or not runs or len(_select_only(t, row, [p for _, p in runs], scale)) < len(runs):
+        return where + (f"the finished run trained a configuration the registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} "
+                        "of that row to train it again")
+    why = []
+    for s, p in runs:
+        select, read_by = _reselect_args(t, row, of(s), scale)
+        try: reselect(p, select, read_by=read_by, dry=True)
+        except (ValueError, FileNotFoundError) as e: why.append(str(e).removeprefix(f"{p}: "))
+    rule = "the finished run kept its epoch by another rule than the row chooses today (select)"
+    if not why: return where + f"{rule}; `minbert_ablate reselect {r.table} --scale {scale} --out {r.out}` reads it again, training nothing"
+    return where + f"{rule}, and its history cannot give the epoch that rule keeps ({why[0]}); delete {', '.join(map(str, folders))} to train it again"
 
 def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
     """What no call of the plan makes: ensembles whose finished members lost their dev predictions, finished runs the registry
-    has changed (those that changed only how a run keeps its epoch, `reselect` reads again)"""
+    has changed (`_stale_note`: read again, trained again)"""
     return ([f"note: {t_id} / {name}, seed {s}: the dev predictions of its finished members {', '.join(gone)} are gone "
              "(they are not committed; the ensemble reads them): delete those folders to train them again"
              for t_id, name, s, gone in orphaned(results, scale)]
-            + [f"note: {r.table} / {r['name']}, seed(s) {', '.join(map(str, r.stale))}: " +
-               (f"the finished run kept its epoch by another rule than the row chooses today (select); `minbert_ablate reselect "
-                f"{r.table} --out {r.out}` reads it again, training nothing" if _only_select(r, scale) else
-                f"the finished run trained a configuration the registry has since changed; delete {Path(r.out)/'seed-K'/'rows'} of "
-                "that row to train it again")
-               for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
+            + [_stale_note(r, scale) for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
 def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
@@ -555,7 +581,8 @@ def parse_ablate(argv:list) -> tuple:
 
 def minbert_ablate(argv:list|None=None):
     """Run the tables of the four CS224N reports (Liu & Shen (000), Lee & Li (002), Chan (003), Wang (004)) beside the papers' numbers, and judge their claims:
-    `minbert_ablate list | table ID | plan | report | reproduce` (`--list`, `--table ID`, `--plan`, `--report`, `--reproduce` work too)"""
+    `minbert_ablate list | show ID | table ID | plan | report | reselect ID | reproduce` (`--list`, `--show`, `--table ID`, `--plan`,
+    `--report`, `--reproduce` work too)"""
     console, argv = argv is None, sys.argv[1:] if argv is None else [str(a) for a in argv]
     def main():
         try:

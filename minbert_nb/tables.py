@@ -506,6 +506,8 @@ ASSUMED = {   # a table id or a seed -> {setting: the value taken where the repo
     "004": {"schedule": _STARTER, "weight_decay": _NO_DECAY, "grad_clip": _CLIP, "head_dropout": _HEADS + " (its dropout is BERT's)",
             "select": _OVERALL},
 }
+ASSUMED["000-T7"] = dict(ASSUMED["000"], select="the epoch of the best dev score of the run's one trained task: the report keeps 'the "
+                         "model with best average validation across over three tasks', and a Table 7 run trains one, its other heads as built")
 SETTINGS = ("mode", "lr_backbone", "lr_heads", "lr_adapters", "schedule", "warmup", "weight_decay", "grad_clip", "hidden_dropout",
             "head_dropout", "batch_size", "select")
 

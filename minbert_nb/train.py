@@ -514,8 +514,10 @@ def _evaluate(self:Run) -> tuple:
 # %% ../nbs/09_train.ipynb #efa67766
 def keeps(best:float|None, m:dict, select:str="overall", last:bool=False) -> bool:
     """Whether an epoch scored `m` on dev is kept (its weights, dev predictions, metrics) over the best so far (`best`, its
-    `epoch_score` by `select`; None: no epoch yet): when it scores higher (a tie keeps the earlier); every epoch when `last`"""
-    return best is None or epoch_score(m, select) > best or last
+    `epoch_score` by `select`; None: no epoch yet): when it scores higher (a tie keeps the earlier; a NaN score, a diverged epoch,
+    loses to any number); every epoch when `last`"""
+    s = epoch_score(m, select)
+    return best is None or last or s > best or (math.isnan(best) and not math.isnan(s))
 
 @patch
 def _keeps(self:Run, m:dict) -> bool:
@@ -719,9 +721,9 @@ def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
 
 # %% ../nbs/09_train.ipynb #3d51b55c
 def _scores_of(row:dict) -> dict:
-    "The dev scores in a `history.csv` line `row` (a dict): every column but `RUN_COLUMNS`, the losses and the EMA's raw scores, where set"
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()
-            if k not in RUN_COLUMNS and not k.startswith(("train_loss_", "raw_")) and not (isinstance(v, float) and math.isnan(v))}
+    """The dev scores in a `history.csv` line `row` (a dict): every column but `RUN_COLUMNS`, the losses and the EMA's raw scores
+    (a NaN score stays NaN: training compared it as such, and so never kept its epoch over another)"""
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items() if k not in RUN_COLUMNS and not k.startswith(("train_loss_", "raw_"))}
 
 def kept_epoch(history, select:str="overall", last:bool=False) -> int:
     "The epoch a run keeps out of `history` (its history.csv, as a DataFrame or a list of its lines as dicts) when `select` picks it (`keeps`)"
@@ -733,20 +735,27 @@ def kept_epoch(history, select:str="overall", last:bool=False) -> int:
     if epoch is None: raise ValueError("an empty history: no epoch was scored, so none can be kept")
     return epoch
 
-def reselect(run, select:str, read_by:str|None=None) -> dict:
+def reselect(run, select:str, read_by:str|None=None, dry:bool=False) -> dict:
     """Finished run folder `run` as it would have ended had `select` (`SELECT_BY`) picked the epoch it keeps: config.json's
     `select`, metrics.json's scores and `best_epoch` from the history.csv line of that epoch, and `reselected` (the choice and
     epoch before, the code). Refused, saying why, for a phased run, a run holding best.pt or dev predictions of an epoch it
     would no longer keep, one whose kept epoch's outputs something has read (`read_by`, e.g. an ensemble that combined its dev
-    predictions) where another epoch would be kept, and a run whose files disagree. Returns {'before': epoch, 'after': epoch};
-    writes nothing when the run already selects so"""
+    predictions) where another epoch would be kept, a run scored after training on tasks it did not train (`eval_tasks`: those
+    scores came from best.pt, not from its history) and a run whose files disagree. Returns {'before': epoch, 'after': epoch};
+    writes nothing when the run already selects so, or with `dry` (what it would do, or why not)"""
     run = Path(run)
     if select not in SELECT_BY: raise ValueError(f"select={select!r}: expected one of {', '.join(SELECT_BY)}.")
     for f in ("config.json", "metrics.json", "history.csv"):
         if not (run/f).is_file(): raise FileNotFoundError(f"{run/f}: missing; reselect reads a finished run's config.json, metrics.json and history.csv.")
     cfg, m = (json.loads((run/f).read_text()) for f in ("config.json", "metrics.json"))
+    if "best_epoch" not in m: raise ValueError(f"{run/'metrics.json'}: no best_epoch, so not a finished training run's; reselect reads those.")
     was, last, before = cfg.get("select", "overall"), bool(cfg.get("contrastive_only")), int(m["best_epoch"])
     if was == select: return dict(before=before, after=before)
+    try: saved_config(cfg)   # declares the run's own tasks (task_specs), whose scores its epoch's mean counts
+    except (TypeError, ValueError) as e: raise ValueError(f"{run/'config.json'}: not a configuration this version reads ({e}); train the run again.") from None
+    if m.get("eval_tasks"):
+        raise ValueError(f"{run}: its scores of {', '.join(m['eval_tasks'])} were taken from best.pt after training, not written to "
+                         f"history.csv, which cannot give them for another epoch: train the run again with --select {select}.")
     if cfg.get("phases"):
         raise ValueError(f"{run}: a phased run (config.json's phases): each phase starts from the weights the phase before kept, so "
                          f"another choice would have trained the later phases otherwise; train it again with --select {select}.")
@@ -764,6 +773,7 @@ def reselect(run, select:str, read_by:str|None=None) -> dict:
     if after != before and read_by:
         raise ValueError(f"{run}: {select} keeps epoch {after} where the run kept epoch {before}, whose outputs {read_by} read: "
                          f"train the run again with --select {select}, and what read it after it.")
+    if dry: return dict(before=before, after=after)
     row, old = line(after), _scores_of(line(before))
     new = {**_scores_of(row), **{k: v for k, v in m.items() if k not in old}, "best_epoch": after,
            "reselected": dict(select_before=was, epoch_before=before, code=code_version())}

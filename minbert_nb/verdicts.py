@@ -114,8 +114,8 @@ _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_ta
 
 def is_stale(table:PaperTable, row:Row, run, scale:str|None, but=()) -> bool:
     """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry was fixed
-    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets, but those
-    in `but` (an ensemble's: other members or other combining methods)"""
+    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets, leaving out
+    those in `but`; an ensemble's run, when it combined other members or by other methods"""
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
