@@ -123,7 +123,7 @@ def ensemble_split(run_dirs, task:str, split:str, method:str, weights=None) -> d
     ids, info = members[0]["id"], dict(n=len(members[0]))
     if method in RAW_METHODS:
         rpaths = [raw_path(r, task, split) for r in runs]
-        lacking = [str(p) for p in rpaths if not p.is_file()]
+        lacking = [str(p) for p in rpaths if not plain_or_gz(p).is_file()]   # FILE.csv or FILE.csv.gz (results/ packs them)
         if lacking: raise FileNotFoundError(f"{task}={method} averages raw outputs and needs every member's raw file; missing: "
                                             f"{', '.join(lacking)} (runs from before raw files existed have none; "
                                             f"`minbert_predict RUN_DIR --splits {split}` writes them).")
