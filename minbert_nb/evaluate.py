@@ -17,9 +17,9 @@ from .bert import batch_to
 from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, AS_BEFORE
 
 # %% auto #0
-__all__ = ['accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'with_overall', 'predict_split', 'score_split',
-           'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'prediction_path', 'read_predictions',
-           'raw_columns', 'raw_path', 'write_raw', 'read_raw']
+__all__ = ['accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'primary_scores', 'with_overall', 'predict_split',
+           'score_split', 'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'prediction_path',
+           'read_predictions', 'raw_columns', 'raw_path', 'write_raw', 'read_raw']
 
 # %% ../nbs/08f_evaluate.ipynb #4c7b28bb
 def accuracy(pred, gold) -> float:
@@ -61,12 +61,16 @@ def overall_score(sst_acc:float, para_acc:float, sts_corr:float) -> float:
     "CS224N leaderboard score: mean of SST acc, Quora acc and (STS r + 1) / 2"
     return (sst_acc + para_acc + (sts_corr + 1) / 2) / 3
 
+def primary_scores(m:dict) -> dict:
+    "Each task scored in `m` (a dict of scores) and its primary metric's value (accuracy, correlation as it is)"
+    return {t.name: m[t.metric_key] for t in TASKS.values() if t.metric_key in m}
+
 def with_overall(m:dict) -> dict:
     """`m` (a dict of scores) with its `overall` set when it holds the three CS224N tasks' scores, and, when it holds the
     score of a task beyond SST, CFIMDB, Quora and STS (SICK, a declared one), `mean_primary`: the mean of every scored task's
-    primary metric. The one place that rule is written"""
+    primary metric (`primary_scores`). The one place that rule is written"""
     if all(k in m for k in OVERALL_KEYS): m["overall"] = overall_score(*(m[k] for k in OVERALL_KEYS))
-    primary = {t.name: m[t.metric_key] for t in TASKS.values() if t.metric_key in m}
+    primary = primary_scores(m)
     if any(t not in AS_BEFORE for t in primary): m[MEAN_KEY] = float(np.mean(list(primary.values())))
     return m
 

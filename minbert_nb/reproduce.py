@@ -330,7 +330,9 @@ def reselect_table(table_id:str, out, scale:str) -> dict:
     t, out = TABLES[table_id], Path(out)
     done, refused = [], []
     seeds = [d for d in sorted(out.glob("seed-*")) if d.name[5:].isdigit()]
+    rewrite = lambda r, m: write_json(dict(json.loads((f := row_dir(d, t, r)/"row.json").read_text()), metrics=m), f)
     for d in seeds or [out]:
+        changed = set()                                   # the rows of this seed whose runs were read again
         for r in t.rows:
             if r.same_as or r.ensemble or r.untrained or (rec := row_record(d, t, r)) is None: continue
             runs = [Path(p) for p in rec["runs"]]
@@ -339,13 +341,11 @@ def reselect_table(table_id:str, out, scale:str) -> dict:
             for p in _select_only(t, r, runs, scale):
                 try: x = reselect(p, select, read_by=read_by)
                 except (ValueError, FileNotFoundError) as e: refused.append((str(p), str(e))); continue
-                done.append((str(p), x["before"], x["after"]))
-            if not any(is_stale(t, r, p, scale) for p in runs):   # every run of the row reads as it would today: so does the row
-                f = row_dir(d, t, r)/"row.json"
-                write_json(dict(json.loads(f.read_text()), metrics=merge_metrics([json.loads((p/"metrics.json").read_text()) for p in runs])), f)
-        for r in t.rows:   # a row built exactly like another shows that row's run: its metrics as they read now
-            if r.same_as and (rec := row_record(d, t, r)) is not None and (o := row_record(d, t, t.row(r.same_as))) is not None:
-                write_json(dict(json.loads((row_dir(d, t, r)/"row.json").read_text()), metrics=o["metrics"]), row_dir(d, t, r)/"row.json")
+                done.append((str(p), x["before"], x["after"])); changed.add(r.name)
+            if r.name in changed and not any(is_stale(t, r, p, scale) for p in runs):   # every run reads as it would today: so does the row
+                rewrite(r, merge_metrics([json.loads((p/"metrics.json").read_text()) for p in runs]))
+        for r in t.rows:   # a row built exactly like a changed one shows that row's run: its metrics as they read now
+            if r.same_as in changed and row_record(d, t, r) is not None: rewrite(r, row_record(d, t, t.row(r.same_as))["metrics"])
     if done and seeds: table_from_runs(table_id, out, scale)
     elif done: write_table(t, _done(t, out, {}), out, scale)
     return dict(reselected=done, refused=refused)

@@ -20,7 +20,7 @@ from .core import set_seed, default_device, cpu_bf16_supported, cpu_has_native_b
 from .attention import configure_sdpa
 from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
-from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, TASKS, get_task, read_generic
+from .data import SCORE_KEYS, OVERALL_KEYS, MEAN_KEY, get_task, read_generic
 from .loaders import make_loader, TaskDataset
 from .multitask import MultitaskBert, one_length
 from .optimizer import AdamW, param_groups, layer_decay_scale, make_scheduler
@@ -30,7 +30,7 @@ from .step import TrainStep, StepContext, MNRLTerm, CoSENTTerm, WeightEMA, GradT
 from .static_step import StaticStep, static_fallback, static_lengths
 from .smart import SmartTerm, BregmanTerm
 from .distill import TeacherTargets, DistillTerm, load_teachers
-from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path
+from .evaluate import evaluate, predict_split, write_predictions, prediction_path, write_raw, raw_path, primary_scores
 from .checkpoint import (atomic_save, load_checkpoint, rng_state, set_rng_state, GracefulStop, TrainingInterrupted,
                                    check_resume_compatible, write_json)
 from .config import TrainConfig, saved_config, SELECT_BY
@@ -110,8 +110,7 @@ def epoch_score(m:dict, select:str="overall") -> float:
     """What picks the best epoch of dev scores `m` (`select`, config's `SELECT_BY`): 'mean', the plain mean of every scored task's
     primary metric (accuracies and correlations as they are); 'overall', the mean of the primary metrics when a declared task is
     scored, else CS224N's overall (where STS's r counts (r + 1) / 2), else the mean of the scores"""
-    primary = [m[t.metric_key] for t in TASKS.values() if t.metric_key in m]
-    if select == "mean" and primary: return float(np.mean(primary))
+    if select == "mean" and (primary := primary_scores(m)): return float(np.mean(list(primary.values())))
     if MEAN_KEY in m: return m[MEAN_KEY]
     if "overall" in m: return m["overall"]
     keys = [k for k in m if k.endswith(("_acc", "_corr"))]
