@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import stamp_figure, code_version
-from .config import TrainConfig
+from .config import TrainConfig, saved_config
 from .pretrained import backbone_name
 from .tables import TABLES, PaperTable, Row, row_configs, examples_seen, assumed, SCALES, BUDGET, BUDGET_SCALE
 from .table_report import our_value, merge_metrics, hw_label, train_files, run_phases, device_type
@@ -111,11 +111,16 @@ def pick_folder(cands:list, scale:str|None=None) -> dict|None:
 
 # %% ../nbs/16d_verdicts.ipynb #fc468294
 _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_tasks")   # a run's own settings, not the row's
+# how a run computes, not what it trains: precision, kernels, compilation, padding and packing, evaluation batches, what it writes
+_HOW = ("amp", "compile", "compile_backend", "compile_mode", "pad_multiple", "sdpa_cudnn", "unpad", "pack_multiple", "fused_epilogues",
+        "static_step", "cuda_graphs", "sync_every", "eval_batch_size", "download", "cache", "predict_test", "save_checkpoint", "checkpoint_every")
 
 def is_stale(table:PaperTable, row:Row, run, scale:str|None, but=()) -> bool:
-    """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry was fixed
-    after it ran): none of the row's configurations agrees with the run's config.json on the fields the row sets, leaving out
-    those in `but`; an ensemble's run, when it combined other members or by other methods"""
+    """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry, a preset
+    or a default was changed after it ran): none of the row's resolved configurations agrees with the run's config.json on
+    every field (those the row sets and those it takes from `TrainConfig`'s defaults; a field the run's config predates reads
+    as `saved_config` reads it), but a run's own settings (`_NOT_ROW`), how it computes (`_HOW`) and those in `but`; an
+    ensemble's run, when it combined other members or by other methods"""
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
@@ -123,9 +128,10 @@ def is_stale(table:PaperTable, row:Row, run, scale:str|None, but=()) -> bool:
     if row.ensemble:   # an ensemble's config.json names its members (in order: votes' ties go to the earliest) and methods
         want = [row_dir(".", table, table.row(m)).name for m in row.ensemble]
         return [Path(m).name for m in saved.get("members", ())] != want or saved.get("methods") != norm(row.ensemble_methods)
+    have, skip = norm(asdict(saved_config(saved))), {*_NOT_ROW, *_HOW, *but}
     def agrees(w):
         want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
-        return all(want.get(k) == saved.get(k) for k in w if k not in _NOT_ROW and k not in but)
+        return all(want[k] == have[k] for k in want if k not in skip)
     return not any(agrees(w) for w in row_configs(table, row, scale))
 
 # %% ../nbs/16d_verdicts.ipynb #506df522
