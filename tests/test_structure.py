@@ -71,3 +71,25 @@ def test_readme_report_counts_are_the_committed_report():
     total, rep, con, inc, nr = map(int, m.groups())
     assert (total, rep, con, inc, nr) == (sum(counts.values()), counts.get("reproduced", 0), counts.get("contradicted", 0),
                                           counts.get("inconclusive", 0), counts.get("not run", 0)), counts
+
+
+def test_readme_figures_are_the_committed_reports():
+    """Every figure with an interval in the README's results, `X [low, high]`, is one the committed report prints (at the
+    README's precision): a claim's reading, a member's, a device's or an earlier setting's. When a table lands and the report
+    moves, a figure the README still quotes from before fails here, naming itself"""
+    num = r"[+\-−]?\d+(?:\.\d+)?"
+    pat = re.compile(rf"({num}) \[({num}), ({num})\]")
+    val = lambda s: float(s.replace("−", "-"))
+    places = lambda s: len(s.partition(".")[2])
+    def figures(text):
+        return [(m.group(0), [val(g) for g in m.groups()], [places(g) for g in m.groups()], m.start()) for m in pat.finditer(text)]
+    report = figures((ROOT/"results"/"reproduction"/"report.md").read_text())
+    readme = (ROOT/"README.md").read_text()
+    results = readme[readme.index("\n## Results"):]; results = results[:results.index("\n## ", 1)]
+    quoted = figures(results)
+    assert len(quoted) > 20, "README: the results section quotes no intervals; was it renamed?"
+    def printed(vs, ps):   # the README's rounding of some figure the report prints at its own precision
+        return any(all(abs(v - w) <= 0.5 * 10**-p + 0.5 * 10**-q + 1e-9 for v, w, p, q in zip(vs, ws, ps, qs)) for _, ws, qs, _ in report)
+    stale = [f"{s!r} (after: …{results[max(0, at - 70):at]!r})" for s, vs, ps, at in quoted if not printed(vs, ps)]
+    assert not stale, ("README.md (from nbs/index.ipynb) quotes figures results/reproduction/report.md no longer prints; take them "
+                       "from the report, then `python tools/docs.py readme`:\n" + "\n".join(stale))
