@@ -544,17 +544,28 @@ def superseded_earlier(results, earlier, root=".", scale:str|None=None, claims=N
 EARLIER_CLAIMS = "claims.csv"   # in the earlier folder: each claim's line from those runs alone, kept when their table's folder goes
 EARLIER_COLUMNS = CSV_COLUMNS + ("agreement", "equivalence", "seed_diffs")   # Holm's needs the whole family: not kept
 
+def _reading_rank(line) -> tuple:
+    """How `pick_folder` ranks the folder a claim's line was read from: more seeds, then not tiny, then full (the scale is
+    the table folder's name after the table's id, in the line's `a_runs`)"""
+    folder = next((p for p in str(line["a_runs"]).split(";")[0].split("/") if p.startswith(f"{line['table']}-")), "")
+    scale = folder[len(line["table"]) + 1:]
+    return int(line["seeds"]), scale != "tiny", scale == "full"
+
 def keep_earlier_verdicts(earlier, tables=None, root=".", scale:str|None=None) -> Path:
     """Write into `earlier`/claims.csv the line (EARLIER_COLUMNS) that each claim of `tables` (default: every table with a folder
     in `earlier`) gets from the runs there alone, in place of those claims' earlier lines; the other claims' lines stay.
     `tools/pack_results.py` calls it before it removes a table's folder, so that the report can set each verdict at the papers'
-    settings beside the one the earlier settings gave (`moved_frame`)"""
+    settings beside the one the earlier settings gave (`moved_frame`). A kept line read from a folder that `pick_folder` ranks
+    above the one read now (more seeds: a table's `short` runs, gone, against its one `quick` run, still there) stays"""
     found, f = earlier_folders(earlier), Path(earlier)/EARLIER_CLAIMS
     claims = {k: c for k, c in CLAIMS.items() if c.table in found and (tables is None or c.table in tables)}
     kept = pd.read_csv(f) if f.is_file() else pd.DataFrame(columns=list(EARLIER_COLUMNS))
     if claims:
         new = verdicts_frame(Path(earlier)/"-", root, scale, earlier, claims)   # no folder "-": every line from `earlier`
         new = new.loc[new["seeds"] > 0, list(EARLIER_COLUMNS)]
+        if len(kept):
+            was = kept.set_index("claim")
+            new = new[[not (c in was.index and _reading_rank(was.loc[c]) > _reading_rank(r)) for c, r in zip(new["claim"], new.to_dict("records"))]]
         kept = pd.concat([kept[~kept["claim"].isin(new["claim"])], new]) if len(kept) else new
     order = {k: i for i, k in enumerate(CLAIMS)}
     kept = kept.sort_values("claim", key=lambda s: s.map(lambda c: order.get(c, len(order))), kind="stable")
