@@ -65,8 +65,20 @@ def test_no_earlier_table_that_nothing_reads():
     spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
     PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
     tracked = {str(Path(p).parent) for p in _tracked()}
-    left = [d for d in PK.superseded(ROOT/"results") if any((t + "/").startswith(f"{d.relative_to(ROOT)}/") for t in tracked)]
+    left = [d for d in PK.superseded(ROOT/"results") if d.name not in PK.SHOWN and any((t + "/").startswith(f"{d.relative_to(ROOT)}/") for t in tracked)]
     assert not left, f"{[str(d.relative_to(ROOT)) for d in left]}: no claim reads these any more; run python tools/pack_results.py --apply"
+
+def test_earlier_tables_the_docs_show_are_kept():
+    "The quick-scale tables the reproduce-a-table walkthrough shows are pack_results' SHOWN, kept and committed"
+    import re
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    src = "".join("".join(c["source"]) for c in json.loads((ROOT/"nbs"/"tutorials"/"19_reproduce_a_table.ipynb").read_text())["cells"])
+    shown = {f"{t}-quick" for t in re.findall(r'"(\d{3}-T\d+)"', re.search(r"for tid in \(([^)]*)\)", src).group(1))}
+    assert shown == PK.SHOWN, f"nbs/tutorials/19_reproduce_a_table shows {sorted(shown)}; tools/pack_results.py keeps {sorted(PK.SHOWN)}"
+    tracked = set(_tracked())
+    for name in shown:
+        assert f"results/ablate-scale-rates/{name}/table.md" in tracked and f"results/ablate-scale-rates/{name}/figures/table.png" in tracked, name
 
 def test_pack_results_keeps_a_tables_earlier_lines_before_it_removes_its_folder(tmp_path, monkeypatch):
     "The lines a table's claims got at the earlier settings outlive its folder: written into claims.csv beside it, then it goes"
