@@ -329,17 +329,18 @@ def parse_seeds(seeds) -> list|None:
     return s
 
 # %% ../nbs/16b_ablate.ipynb #737f35ed
-def _check_out(out:Path, want:dict):
+def _check_out(out:Path, want:dict, power=()):
     """`out` is new, or a table folder of the same table, scale and backbone (its ablate.json); nothing else is written into.
+    `power`: seeds this call adds for power, recorded (with those recorded before) as ablate.json's `power_seeds`.
     The check and the write hold a lock beside `out`: processes of one table started at once (`--workers`, one per seed)
     would otherwise see each other's half-made folder and refuse it"""
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent/f".{out.name}.lock", "a") as lk:
         if fcntl is not None: fcntl.flock(lk, fcntl.LOCK_EX)   # released when the file closes (or the process dies)
-        _check_out_locked(out, want)
+        _check_out_locked(out, want, power)
 
-def _check_out_locked(out:Path, want:dict):
-    f = out/"ablate.json"
+def _check_out_locked(out:Path, want:dict, power=()):
+    f, have = out/"ablate.json", {}
     if not f.is_file(): check_new_folder(out, "ablate")
     if f.is_file():
         have = json.loads(f.read_text())
@@ -347,7 +348,10 @@ def _check_out_locked(out:Path, want:dict):
         if diff: raise ValueError(f"{out} holds {have.get('table')} at scale {have.get('scale')} (backbone {have.get('backbone')}); this run asks for "
                                   f"{want['table']} at {want['scale']} (backbone {want['backbone']}): give another --out, rows of different "
                                   "runs cannot share a table.")
-    out.mkdir(parents=True, exist_ok=True); write_json(want, f)
+    rec = {**have, **want}                                         # what the folder recorded before stays (its power seeds)
+    if power: rec["power_seeds"] = sorted({*have.get("power_seeds", ()), *(int(s) for s in power)})
+    out.mkdir(parents=True, exist_ok=True)
+    if rec != have: write_json(rec, f)
 
 # %% ../nbs/16b_ablate.ipynb #2d83987f
 def run_devices(folder) -> set:
@@ -435,17 +439,18 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
 
 # %% ../nbs/16b_ablate.ipynb #c32c9b96
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
-              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None) -> pd.DataFrame:
+              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
     and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left (the one
-    running finishes; the rest stay not run, to resume later)"""
+    running finishes; the rest stay not run, to resume later). `power`: `seeds` are added for power (ablate.json records them)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
     todo, seeds = _select(table, rows), parse_seeds(seeds)
     if seeds is None and any(out.glob("seed-*")): raise ValueError(f"{out} holds runs per seed: give --seeds.")
     if seeds is not None and (out/"rows").is_dir(): raise ValueError(f"{out} holds a single-seed table (rows/): give another --out for --seeds.")
-    _check_out(out, dict(table=table.id, scale=scale, backbone=backbone))
+    if power and seeds is None: raise ValueError("--power records the seeds a call adds for power: give them with --seeds (e.g. --seeds 3 --rows 2,4 --power).")
+    _check_out(out, dict(table=table.id, scale=scale, backbone=backbone), seeds if power else ())
     over = dict(backbone=backbone, data_dir=data_dir, device=device)
     dev = default_device(device).type
     for f in ([out] if seeds is None else [seed_dir(out, s) for s in seeds]): _check_device(f, todo, table, dev)

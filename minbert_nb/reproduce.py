@@ -284,14 +284,14 @@ def ablate_list(table:str|None=None):
 
 def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|None=None, backbone:str|None=None, data_dir:str|None=None,
                  device:str|None=None, keep_checkpoints:bool=False, seeds:str|None=None, quiet:bool=False, hours:float|None=None,
-                 until:float|None=None, cpu_bf16:str|None=None):
+                 until:float|None=None, cpu_bf16:str|None=None, power:bool=False):
     "`minbert_ablate table ID`: run (or continue) the rows of `table` into `out` at `scale` (default quick), then print it beside the paper's numbers"
     until, scale = _deadline(hours, until), _scale(scale or "quick")
     if cpu_bf16 not in (None, "0", "1"): raise ValueError(f"--cpu_bf16 {cpu_bf16}: expected 1 (amp auto trains in bf16 on the CPU) or 0 (in fp32).")
     if cpu_bf16 is not None: os.environ["MINBERT_CPU_BF16"] = str(cpu_bf16)   # for this process and the runs it starts (00_core checks it)
     out = expand(out) or Path(f"runs/ablate-{table}-{scale}")
     run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
-              until=until)
+              until=until, power=power)
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
 # %% ../nbs/16e_reproduce.ipynb #7f18007d
@@ -523,6 +523,8 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "keep_checkpoints": (False, bool, "keep each run's best.pt / last.pt"),
     "seeds": (None, str, "run each row once per seed, e.g. 0,1,2 (OUT/seed-K/rows/...); the table shows mean ± sd"),
     "quiet": (False, bool, "no progress bars"),
+    "power": (False, bool, "the seeds given (--seeds) are added for power, to the rows of claims close to a decision: the table folder "
+                           "records them (ablate.json), and the report reads each claim without them beside the reading with them"),
     "workers": (1, int, "runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)"),
     "hours": (None, float, "start no run after this many hours, nor one whose finished seeds took longer than the time left (those running finish; the rest resumes later)"),
     "until": (None, float, "the same as a Unix time (what `reproduce` passes to its calls)"),
@@ -538,7 +540,8 @@ _COMMANDS = {  # command -> (its function, what it does, its options)
     "show": (ablate_show, "print each row's resolved settings at a scale (learning rates, schedule, warm-up, dropout, batch size, budget)",
              ("scale",)),
     "table": (ablate_table, "run (or continue) a table's rows, then print it beside the paper's numbers",
-              ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until", "cpu_bf16")),
+              ("scale", "out", "rows", "backbone", "data_dir", "device", "keep_checkpoints", "seeds", "quiet", "hours", "until", "cpu_bf16",
+               "power")),
     "plan": (ablate_plan, "no training: the runs the report still needs under --results, the `table` calls that make them, and about how long each takes",
              ("results", "scale", "device", "budget")),
     "report": (ablate_report, "no training: every claim's verdict from the run folders under --results (claims.csv, report.md, "

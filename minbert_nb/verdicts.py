@@ -95,13 +95,15 @@ def _json(path) -> dict:
     return json.loads(_read_text(str(path), (s.st_mtime_ns, s.st_size)))
 
 def table_folders(results) -> dict:
-    "Every table folder under `results`: table id -> list of dict(table, folder, scale, backbone, seeds={seed: folder holding rows/})"
+    """Every table folder under `results`: table id -> list of dict(table, folder, scale, backbone, seeds={seed: folder holding rows/},
+    power_seeds: the seeds its ablate.json records as added for power)"""
     found = {}
     for f in sorted(Path(results).rglob("ablate.json")):
         a, d = _json(f), f.parent
         seeds = {int(s.name[5:]): s for s in d.glob("seed-*") if s.name[5:].isdigit() and (s/"rows").is_dir()}
         if not seeds and (d/"rows").is_dir(): seeds = {None: d}               # a single-seed table: its rows' own seed
-        if seeds: found.setdefault(a["table"], []).append(dict(table=a["table"], folder=d, scale=a.get("scale"), backbone=a.get("backbone"), seeds=seeds))
+        if seeds: found.setdefault(a["table"], []).append(dict(table=a["table"], folder=d, scale=a.get("scale"), backbone=a.get("backbone"), seeds=seeds,
+                                                               power_seeds=set(a.get("power_seeds", ()))))
     return found
 
 def pick_folder(cands:list, scale:str|None=None) -> dict|None:
@@ -351,18 +353,20 @@ def member_text(c:Claim, t:PaperTable, info:dict|None) -> str:
 
 # %% ../nbs/16d_verdicts.ipynb #03d29413
 def added_seeds(t:PaperTable, info:dict|None) -> set:
-    """The seeds of table folder `info` beyond its first MIN_SEEDS at which only some of the rows that ran at those ran: seeds
-    added to chosen rows (for power, `minbert_ablate table T --seeds 3 --rows ...` for the rows of a claim close to a
-    decision; a spare seed for the rows of a claim whose seed began on another device, `claim_seeds`; or a whole-table seed
-    still under way), not to the whole table, as Wang (004)'s Table 2 got its seeds 3-5"""
+    """The seeds of table folder `info` added after its first ones: those its ablate.json records as added for power (`minbert_ablate
+    table T --seeds 3 --power`, to the rows of a claim close to a decision or to the whole table), and those beyond its first
+    MIN_SEEDS at which only some of the rows that ran at those ran (for power without `--power`; a spare seed for the rows of a
+    claim whose seed began on another device, `claim_seeds`; or a whole-table seed still under way). Not a seed run for the
+    whole table as planned, as Wang (004)'s Table 2 got its seeds 3-5"""
     seeds = (info or {}).get("seeds", {})
     ran = lambda rows_of: {r.name for r in t.rows if row_runs(t, r, rows_of, _checked(info))}
     first = set().union(*(ran(f) for s, f in seeds.items() if s in range(MIN_SEEDS)))
-    return {s for s, f in seeds.items() if isinstance(s, int) and s >= MIN_SEEDS and ran(f) < first}
+    return ({s for s, f in seeds.items() if isinstance(s, int) and s >= MIN_SEEDS and ran(f) < first}
+            | ((info or {}).get("power_seeds", set()) & set(seeds)))
 
 def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=None) -> dict:
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
-    `setting`: the table's `table_setting`, when the caller has it already. Where some of its seeds ran for some rows only
+    `setting`: the table's `table_setting`, when the caller has it already. Where some of its seeds were added later
     (`added_seeds`: `seeds_added`), the reading at the others (`first_diff`, `first_low`, `first_high`, `first_seeds`,
     `first_verdict`) stays beside it: seeds added to a claim because it was close to a decision favour a decision"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
@@ -371,7 +375,7 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
     last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
-    extra = added_seeds(t, info)                                         # seeds run for some rows only: the reading without them too
+    extra = added_seeds(t, info)                                         # seeds added for power, or spare: the reading without them too
     first = [d for d, (s, _) in zip(diffs, where) if s not in extra] if extra & {s for s, _ in where} else []
     return dict(claim=c.id, table=c.table, metric=c.metric, a_rows=";".join(c.a), b_rows=";".join(c.b), paper_diff=c.paper_diff,
                 ours_diff=m, ci_low=lo, ci_high=hi, seeds=len(diffs), verdict=claim_verdict(diffs, c.sign, c.margin, c.within), a_runs=rel(ar), b_runs=rel(br),
@@ -699,9 +703,9 @@ def readings_text(df:pd.DataFrame) -> str:
             + (" Claims of no effect, tested for equivalence: " + "; ".join(f"{r.claim}: {r.equivalence}" for r in eq.itertuples()) + "." if len(eq) else "")
             + (" Inconclusive claims closest to a decision (seeds at which an interval of the observed spread would exclude zero, or decide a claim of no effect against its margin, taking the observed mean and spread as true: about even odds at that many): "
                + ", ".join(f"{r.claim} {int(r.seeds_needed) if r.seeds_needed <= 100 else 'more than 100'}" for r in near.itertuples()) + "." if len(near) else "")
-            + (f" Seeds beyond the first {MIN_SEEDS} that ran for some of a table's rows only (added for power to the rows of a claim "
-               "close to a decision, or a claim's spare seed; each claim's reading without them beside it, since seeds added to a "
-               "claim chosen for being close favour a decision): "
+            + (" Seeds added after a table's first ones (for power, to the rows of a claim close to a decision or to a whole table: "
+               f"recorded by `--power`, or beyond the first {MIN_SEEDS} and run for some of the table's rows only; or a claim's spare "
+               "seed; each claim's reading without them beside it, since seeds added to a claim chosen for being close favour a decision): "
                + "; ".join(f"{r.claim}, seed{'s' * (';' in r.seeds_added)} {r.seeds_added.replace(';', ', ')}: {r.first_verdict} at "
                            f"{_n(r.first_seeds, 'seed')} ({_f(r.first_diff, p(r))} [{_f(r.first_low, p(r))}, {_f(r.first_high, p(r))}]), "
                            f"{r.verdict} at {_n(r.seeds, 'seed')} ({_f(r.ours_diff, p(r))} [{_f(r.ci_low, p(r))}, {_f(r.ci_high, p(r))}])"
@@ -729,8 +733,8 @@ def _claim_lines(r, p:bool, root=".") -> list:
         out.append(f"- power: at this spread the claim would be decided against its margin from {n} seeds" if CLAIMS[r.claim].kind != "sign" else
                    f"- power: at this spread an interval would exclude zero from {n} seeds")
     if isinstance(r.get("seeds_added"), str) and r.seeds_added:
-        out.append(f"- seeds for some rows only: {r.seeds_added.replace(';', ', ')} ran for this claim's rows, not the whole table's (added "
-                   f"for power, or a spare); without {'them' if ';' in r.seeds_added else 'it'} ({_n(r.first_seeds, 'seed')}): "
+        out.append(f"- seeds added later (for power, or a spare): {r.seeds_added.replace(';', ', ')}; without "
+                   f"{'them' if ';' in r.seeds_added else 'it'} ({_n(r.first_seeds, 'seed')}): "
                    f"{_f(r.first_diff, p)} [{_f(r.first_low, p)}, {_f(r.first_high, p)}], {r.first_verdict}")
     if b := budget_text(r, root): out.append(f"- budget (first seed): {b}")
     if r.get("last_verdict") == "not read": out.append("- at each run's last epoch: not read (an ensemble, or a score of a task the run did not train: "
