@@ -8,7 +8,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/commands.html.md"""
 from __future__ import annotations
 import dataclasses, sys, time, warnings
 from pathlib import Path
-from .core import default_device, cli, restart_with_jemalloc
+from .core import default_device, cli, restart_with_jemalloc, quiet_on_closed_pipe
 from .pretrained import load_tokenizer, resolve_checkpoint, is_embedded, backbone_name, KNOWN_CONFIGS, read_config
 from .bert import BertConfig
 from .data import DataError
@@ -53,7 +53,11 @@ def dry_run(cfg:TrainConfig) -> dict:
 
 # %% ../nbs/14a_commands.ipynb #db44a3de
 def minbert_train(argv=None):
-    "Console entry point: `minbert_train --preset quick` (the run's results are in its folder)"
+    """Console entry point: `minbert_train --preset quick` (the run's results are in its folder). A reader that closes stdout
+    (`minbert_train ... | head`) ends it quietly with status 141, as the other commands (`quiet_on_closed_pipe`, 00_core)"""
+    return quiet_on_closed_pipe(lambda: _train_command(None)) if argv is None else _train_command(argv)
+
+def _train_command(argv):
     cfg, resume = parse_train_args(argv)
     try:
         if cfg.out and not resume and not cfg.dry_run and dist_env()[0] == 0: check_new_folder(cfg.out, "train")   # before any work
@@ -70,6 +74,7 @@ def minbert_train(argv=None):
     except KeyboardInterrupt:            # Ctrl-C before the training loop (reading data, building the model): nothing to save yet
         print("minbert_train: stopped by Ctrl-C before training began; nothing was trained. Run the same command again to start.",
               file=sys.stderr); sys.exit(130)
+    except BrokenPipeError: raise        # the reader closed stdout: not an error of the run (quiet_on_closed_pipe ends it)
     except (DataError, OSError, ValueError, RuntimeError, FloatingPointError) as e:   # OSError: a full disk, a folder in use...
         sys.exit(f"minbert_train: {e}")
 

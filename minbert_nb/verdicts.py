@@ -6,7 +6,7 @@ Docs: https://minbert-nb.github.io/minbert_nb/verdicts.html.md"""
 
 # %% ../nbs/16d_verdicts.ipynb #5bbd117e
 from __future__ import annotations
-import functools, hashlib, json, math, os
+import functools, hashlib, json, math, os, warnings
 from dataclasses import asdict
 from pathlib import Path
 import numpy as np
@@ -117,20 +117,31 @@ _NOT_ROW = ("out", "data_dir", "backbone", "device", "seed", "preset", "model_ta
 _HOW = ("amp", "compile", "compile_backend", "compile_mode", "pad_multiple", "sdpa_cudnn", "unpad", "pack_multiple", "fused_epilogues",
         "static_step", "cuda_graphs", "sync_every", "eval_batch_size", "download", "cache", "predict_test", "save_checkpoint", "checkpoint_every")
 
+@functools.lru_cache(maxsize=None)
+def _warn_once(text:str): warnings.warn(text, stacklevel=3)
+
+def _unreadable(f:Path, e:Exception) -> bool:
+    "Warn (once per file and error) that `f` cannot be read as a run's configuration today; True: its run counts as stale"
+    _warn_once(f"{f}: today's TrainConfig cannot read this run's configuration ({e}); its run counts as stale (not read by the "
+               "report; `minbert_ablate plan` names its row to train again)")
+    return True
+
 def is_stale(table:PaperTable, row:Row, run, scale:str|None, but=()) -> bool:
     """Whether run folder `run` of `row` trained another configuration than `row` is at `scale` today (the registry, a preset
     or a default was changed after it ran): none of the row's resolved configurations agrees with the run's config.json on
     every field (those the row sets and those it takes from `TrainConfig`'s defaults; a field the run's config predates reads
     as `saved_config` reads it), but a run's own settings (`_NOT_ROW`), how it computes (`_HOW`) and those in `but`; an
-    ensemble's run, when it combined other members or by other methods"""
+    ensemble's run, when it combined other members or by other methods. A config.json that today's `TrainConfig` cannot read
+    (a value outside today's ranges, a broken file) is stale too, and a warning names it: its run is no row's today"""
     f = Path(run)/"config.json"
     if scale is None or not f.is_file() or row.untrained: return False
     norm = lambda d: json.loads(json.dumps(d, default=list))
-    saved = norm(_json(f))
+    try: saved = norm(_json(f)); have = None if row.ensemble else norm(asdict(saved_config(saved)))
+    except (ValueError, TypeError) as e: return _unreadable(f, e)
     if row.ensemble:   # an ensemble's config.json names its members (in order: votes' ties go to the earliest) and methods
         want = [row_dir(".", table, table.row(m)).name for m in row.ensemble]
         return [Path(m).name for m in saved.get("members", ())] != want or saved.get("methods") != norm(row.ensemble_methods)
-    have, skip = norm(asdict(saved_config(saved))), {*_NOT_ROW, *_HOW, *but}
+    skip = {*_NOT_ROW, *_HOW, *but}
     def agrees(w):
         want = norm(asdict(TrainConfig(**{k: v for k, v in w.items() if k != "preset"})))
         return all(want[k] == have[k] for k in want if k not in skip)
