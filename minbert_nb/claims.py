@@ -288,7 +288,11 @@ _DIFFERS_OF = {
               "003-T2-pretrain-avg", "002-T2-annealed-para", "004-T2-pretrain-sst"),
     "budget": ("000-T10-annealed", "002-T2-epochs", "002-T2-annealed", "002-T2-mnrl-sts", "002-T2-full-vs-lora", "002-T2-dora-vs-lora",
                "003-T2-smart", "004-T2-smart-sst", "004-T2-pretrain", "004-T3-lambda5", "000-T10-annealed-highest", "002-T2-full-vs-dora",
-               "002-T2-annealed-para", "004-T3-lambda-null", "004-T3-dropout-null"),
+               "002-T2-annealed-para", "004-T3-lambda-null", "004-T3-dropout-null",
+               # Table 6's STS heads on pair features start from random weights and still climb steeply at short's last epoch,
+               # where the cosine head starts at the backbone's own similarity and drifts down (their history.csv)
+               "000-T6-absdiff-sts", "000-T6-mean-absdiff", "000-T6-best-avg", "000-T6-best-vs-sbert-avg", "000-T6-best-vs-sbert-sts",
+               "000-T6-cos-sts"),
     "capacity": ("000-T4-modules-pretrain-base", "000-T4-modules-pretrain-sbert", "000-T4-prefix-best", "000-T4-pal-second",
                  "002-T2-full-vs-lora", "002-T2-dora-vs-lora", "000-T4-prefix-finetune-base", "000-T4-prefix-finetune-sbert", "002-T2-full-vs-dora",
                  "000-T4-prefix-pretrain-near"),
