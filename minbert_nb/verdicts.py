@@ -761,7 +761,7 @@ def _claim_lines(r, p:bool, root=".") -> list:
     return out
 
 # %% ../nbs/16d_verdicts.ipynb #d52e8b01
-PRECISION_RESULTS = "results/ablate-fp32"   # the same rows and seeds in fp32 on a CPU, kept when a table's seeds moved to bf16
+PRECISION_RESULTS = "results/ablate-bf16"   # the same rows and seeds in the other precision (bf16 autocast on a CPU), kept beside
 
 def _precision(runs:str, root=".") -> str:
     "The precisions (`amp` in metrics.json) that the runs of a claims.csv field (paths joined by ';', under `root`) trained in"
