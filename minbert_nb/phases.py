@@ -14,7 +14,7 @@ from .multitask import ModelConfig
 from .data import SCORE_KEYS, OVERALL_KEYS
 from .checkpoint import write_json
 from .config import TrainConfig, parse_tasks
-from .train import train, plot_history
+from .train import train, plot_history, history_frame, read_history
 from .folders import expand, OutputFolder
 
 # %% auto #0
@@ -106,7 +106,7 @@ def _assemble_run(cfg:TrainConfig, run:Path, plan:list, summary:list, hist:list)
     if cfg.save_checkpoint: shutil.copy2(last/"best.pt", run/"best.pt")
     else:
         for _, c in plan: (Path(c.out)/"best.pt").unlink(missing_ok=True); (Path(c.out)/"last.pt").unlink(missing_ok=True)
-    h = pd.concat(hist, ignore_index=True); h["epoch"] = range(1, len(h) + 1)
+    h = history_frame([r for x in hist for r in x.to_dict("records")]); h["epoch"] = range(1, len(h) + 1)   # a count stays whole
     h.to_csv(run/"history.csv", index=False); plot_history(h, run/"figures"/"history.png")
     for f in ("grad_conflicts.csv",):
         if (last/f).is_file(): shutil.copy2(last/f, run/f)
@@ -130,7 +130,7 @@ def _train_phases(cfg:TrainConfig, run:Path, plan:list, progress:bool, resume:bo
             print(f"phase {k}/{len(plan)}: {name} (tasks {','.join(pcfg.tasks)}, {pcfg.epochs} epoch(s)) -> {pdir}")
             m = train(pcfg, progress=progress, resume=resume and (pdir/"last.pt").is_file(), init_from=prev)
         summary.append(_phase_summary(name, m, pcfg))
-        h = pd.read_csv(pdir/"history.csv").assign(phase=name, phase_epoch=lambda d: d.epoch)
+        h = read_history(pdir/"history.csv").assign(phase=name, phase_epoch=lambda d: d.epoch)
         hist.append(h)
         prev = pdir/"best.pt"
     return _assemble_run(cfg, run, plan, summary, hist)

@@ -41,8 +41,8 @@ from .folders import expand, OutputFolder
 __all__ = ['RUNTIME_FIELDS', 'RUN_COLUMNS', 'loss_terms', 'task_loss', 'grad_transform', 'plot_history', 'epoch_score',
            'optimizer_updates', 'dist_env', 'predict', 'predict_file', 'amp_dtype', 'precision_name',
            'resumed_precision', 'slow_bf16_note', 'pad_multiple_of', 'compile_forward', 'RunProgress', 'Run',
-           'resume_config', 'keeps', 'train', 'read_run_config', 'check_same_model', 'load_run_weights', 'load_run',
-           'score_dev', 'kept_epoch', 'reselect']
+           'resume_config', 'history_frame', 'read_history', 'keeps', 'train', 'read_run_config', 'check_same_model',
+           'load_run_weights', 'load_run', 'score_dev', 'kept_epoch', 'reselect']
 
 # %% ../nbs/09_train.ipynb #2bc9f322
 def _single_process(what:str, world:int):
@@ -510,6 +510,27 @@ def _evaluate(self:Run) -> tuple:
         m[f"{self.prior_task}_acc_uncorrected"] = float(((lab.raw > 0).astype(int) == lab.label.astype(int)).mean())
     return m, preds, raw_m, weights
 
+# %% ../nbs/09_train.ipynb #77fdbe49
+def _whole(v) -> bool: return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+def history_frame(rows:list) -> pd.DataFrame:
+    """`history.csv`'s lines `rows` (dicts) as a frame, where a column whose values are all whole numbers stays whole (pandas'
+    nullable `Int64`) though some line has none, instead of turning into floats (`1101.0`)"""
+    df = pd.DataFrame(rows)
+    for c in df.columns:
+        vals = [r[c] for r in rows if c in r and not pd.isna(r[c])]
+        if vals and all(map(_whole, vals)) and df[c].isna().any(): df[c] = df[c].astype("Int64")
+    return df
+
+def read_history(path) -> pd.DataFrame:
+    "A `history.csv` as `history_frame` wrote it: a column of whole numbers with blanks reads as `Int64`, not as floats"
+    df, text = pd.read_csv(path), pd.read_csv(path, dtype=str, keep_default_na=False)
+    for c in df.columns:
+        cells = text[c][text[c] != ""]
+        if df[c].dtype.kind == "f" and len(cells) < len(text) and len(cells) and cells.str.fullmatch(r"-?\d+").all():
+            df[c] = df[c].astype("Int64")
+    return df
+
 # %% ../nbs/09_train.ipynb #efa67766
 def keeps(best:float|None, m:dict, select:str="overall", last:bool=False) -> bool:
     """Whether an epoch scored `m` on dev is kept (its weights, dev predictions, metrics) over the best so far (`best`, its
@@ -538,7 +559,7 @@ def _log_epoch(self:Run, epoch:int, m:dict, raw_m:dict):
                **{f"train_loss_{t}": float(np.mean([v for u, v in task_losses if u == t])) for t in dict.fromkeys(u for u, _ in task_losses)},
                **{f"raw_{k}": v for k, v in raw_m.items() if isinstance(v, float)})
     st.history.append(row)
-    pd.DataFrame(st.history).to_csv(self.dir/"history.csv", index=False)
+    history_frame(st.history).to_csv(self.dir/"history.csv", index=False)
     if self.probe is not None: self.probe.log.to_csv(self.dir/"grad_conflicts.csv")
     best = self._keeps(m)
     print(f"epoch {epoch}: " + " ".join(f"{k}={v:.4f}" for k, v in m.items() if isinstance(v, float)) +
@@ -722,7 +743,8 @@ def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
 def _scores_of(row:dict) -> dict:
     """The dev scores in a `history.csv` line `row` (a dict): every column but `RUN_COLUMNS`, the losses and the EMA's raw scores
     (a NaN score stays NaN: training compared it as such, and so never kept its epoch over another)"""
-    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items() if k not in RUN_COLUMNS and not k.startswith(("train_loss_", "raw_"))}
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in row.items()
+            if k not in RUN_COLUMNS and not k.startswith(("train_loss_", "raw_")) and v is not None}   # None: a count the epoch has not
 
 def kept_epoch(history, select:str="overall", last:bool=False) -> int:
     "The epoch a run keeps out of `history` (its history.csv, as a DataFrame or a list of its lines as dicts) when `select` picks it (`keeps`)"
@@ -758,7 +780,7 @@ def reselect(run, select:str, read_by:str|None=None, dry:bool=False) -> dict:
     if cfg.get("phases"):
         raise ValueError(f"{run}: a phased run (config.json's phases): each phase starts from the weights the phase before kept, so "
                          f"another choice would have trained the later phases otherwise; train it again with --select {select}.")
-    hist = pd.read_csv(run/"history.csv")
+    hist = read_history(run/"history.csv")
     if (k := kept_epoch(hist, was, last)) != before:
         raise ValueError(f"{run}: metrics.json keeps epoch {before}, but history.csv's scores pick epoch {k} by {was}: the files "
                          "disagree (one was edited, or comes from another run); train the run again.")
@@ -768,7 +790,7 @@ def reselect(run, select:str, read_by:str|None=None, dry:bool=False) -> dict:
         raise ValueError(f"{run}: {select} keeps epoch {after} where the run kept epoch {before}, and its {' and '.join(held)} hold "
                          f"epoch {before}'s weights or dev predictions, which history.csv cannot give for epoch {after}: train the "
                          f"run again with --select {select} (or, if nothing reads them, move {' and '.join(held)} away and reselect).")
-    line = lambda e: hist[hist.epoch == e].iloc[0].to_dict()
+    line = lambda e: next(r for r in hist.to_dict("records") if r["epoch"] == e)   # each column its own type (a row Series would cast counts to floats)
     if after != before and read_by:
         raise ValueError(f"{run}: {select} keeps epoch {after} where the run kept epoch {before}, whose outputs {read_by} read: "
                          f"train the run again with --select {select}, and what read it after it.")
