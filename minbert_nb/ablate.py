@@ -185,7 +185,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     elif untrained:
         t0 = time.time(); set_seed(c.seed)
         model = MultitaskBert(c.model_config()).to(default_device(c.device)).eval()
-        m = dict(score_dev(model, c), trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
+        m = dict(score_dev(model, c, progress=progress), trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
                  total_params=sum(p.numel() for p in model.parameters()), untrained=True)
         m["wall_time_s"] = time.time() - t0
         folder.mkdir(parents=True, exist_ok=True); write_json(asdict(c), folder/"config.json"); write_json(m, folder/"metrics.json")
@@ -202,7 +202,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
         else: m = run_training(c, progress=progress, resume=resume, twin=twin_phase)   # a phase another row trained: copied
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
-        m.update(score_dev(model, rc, eval_tasks), eval_tasks=list(eval_tasks))
+        m.update(score_dev(model, rc, eval_tasks, progress=progress), eval_tasks=list(eval_tasks))
         m["wall_time_s"] = m.get("wall_time_s", 0) + time.time() - t0
         write_json(m, folder/"metrics.json")
     return m
