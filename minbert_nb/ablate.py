@@ -33,8 +33,8 @@ from .table_report import merge_metrics, device_type, write_table
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
-           'seed_dir', 'parse_seeds', 'run_devices', 'trains_nothing', 'run_precisions', 'auto_precision',
-           'row_minutes', 'run_table']
+           'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
+           'auto_precision', 'row_minutes', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -353,6 +353,11 @@ def _check_out_locked(out:Path, want:dict, power=()):
     out.mkdir(parents=True, exist_ok=True)
     if rec != have: write_json(rec, f)
 
+def power_seeds(out) -> set:
+    "The seeds table folder `out` records as added for power (its ablate.json's `power_seeds`; none without one)"
+    f = Path(out)/"ablate.json"
+    return set(json.loads(f.read_text()).get("power_seeds", ())) if f.is_file() else set()
+
 # %% ../nbs/16b_ablate.ipynb #2d83987f
 def run_devices(folder) -> set:
     "The device types ('cpu', 'cuda', 'mps') that the finished runs under `folder` trained on"
@@ -467,4 +472,4 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
                     for s in seeds}                                                            # run leaves whole seeds behind it
     for d in out.glob("seed-*"):                  # seeds run earlier belong in the table too
         if d.name[5:].lstrip("-").isdigit(): _done(table, d, per_seed.setdefault(int(d.name[5:]), {}))
-    return write_table(table, dict(sorted(per_seed.items())), out, scale, per_seed=True)
+    return write_table(table, dict(sorted(per_seed.items())), out, scale, per_seed=True, added=power_seeds(out))

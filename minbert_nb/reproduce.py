@@ -22,7 +22,7 @@ from .checkpoint import TrainingInterrupted
 from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
-from .ablate import (run_table, row_dir, row_record, seed_dir, config_key, phase_key, has_dev_predictions, run_devices,
+from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
                                trains_nothing, run_precisions, auto_precision, row_minutes, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
@@ -237,7 +237,7 @@ def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
         per[int(d.name[5:])] = {r.name: row_record(d, t, r) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
                                 for r in t.rows}
     if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
-    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True)
+    return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True, added=power_seeds(out))
 
 # %% ../nbs/16e_reproduce.ipynb #3a3abd53
 def run_calls(calls:list, workers:int=2, extra=(), log_dir="runs/reproduce-logs", until:float|None=None) -> list:

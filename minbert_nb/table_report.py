@@ -101,9 +101,11 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 # %% ../nbs/16a_table_report.ipynb #f0eac8d4
-def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
-    "`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1), `seeds` their number"
-    frames = [table_frame(table, recs, scale) for _, recs in sorted(per_seed.items())]
+def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.DataFrame:
+    """`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1),
+    `seeds` their number. `added`: seeds given later to some rows alone (for power); a row short of one of them is not short of a run"""
+    order = sorted(per_seed)
+    frames = [table_frame(table, per_seed[s], scale) for s in order]
     df = frames[0].copy()
     ok = pd.concat([f["status"].str.startswith("ok") for f in frames], axis=1)
     df["seeds"] = ok.sum(axis=1).astype(int)
@@ -118,7 +120,8 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str) -> pd.DataFrame:
         df.loc[i, ["backbone", "data", "status"]] = first.loc[i, ["backbone", "data", "status"]]
         df.loc[i, "device"] = ", ".join(dict.fromkeys(d for f in frames if (d := f.loc[i, "device"])))   # where each seed ran
         n = df.loc[i, "seeds"]
-        if 0 < n < len(frames): df.loc[i, "status"] = f"ok on {n} of {len(frames)} seeds"
+        want = sum(1 for s, o in zip(order, ok.iloc[i]) if o or s not in set(added))   # the seeds this row was asked for
+        if 0 < n < want: df.loc[i, "status"] = f"ok on {n} of {want} seeds"
     return df
 
 # %% ../nbs/16a_table_report.ipynb #f995f2bb
@@ -192,11 +195,11 @@ def plot_table_frontier(table:PaperTable, df:pd.DataFrame, path, stamp:str="", c
     return Path(path)
 
 # %% ../nbs/16a_table_report.ipynb #ea07b924
-def write_table(table:PaperTable, records:dict, out, scale:str, per_seed:bool=False) -> pd.DataFrame:
-    "table.csv, table.md and figures/table.png (and figures/frontier.png) of `records` (per seed: {seed: records}) in `out`"
+def write_table(table:PaperTable, records:dict, out, scale:str, per_seed:bool=False, added=()) -> pd.DataFrame:
+    "table.csv, table.md and figures/table.png (and figures/frontier.png) of `records` (per seed: {seed: records}; `added`: `seeds_frame`'s) in `out`"
     out, cv = Path(out), code_version()
     commit = cv.get("git", "") + ("+dirty" if cv.get("dirty") else "")
-    df = seeds_frame(table, records, scale) if per_seed else table_frame(table, records, scale)
+    df = seeds_frame(table, records, scale, added) if per_seed else table_frame(table, records, scale)
     df.to_csv(out/"table.csv", index=False)
     (out/"table.md").write_text(table_markdown(table, df, scale, commit))
     plot_table(table, df, out/"figures"/"table.png", f"{table.id} {scale} {out.name}", cv.get("git"))
