@@ -274,7 +274,7 @@ def table_setting(info:dict|None) -> str:
         for t, n in _train_rows(_json(p/"metrics.json")).items(): rows.setdefault(t, []).append(n)
     bb = sorted({backbone_name(m.get("backbone")) for m in ms})
     budget = _budget({(c.get("epochs"), c.get("steps_per_epoch"), c.get("batch_size"), c.get("max_length")) for c in cs if not c.get("phases")})
-    seeds = sorted(info["seeds"], key=str)
+    seeds = sorted((s for s, f in info["seeds"].items() if any(Path(f) in Path(r).parents for r in runs)), key=str)   # not a seed under way
     hw = sorted({hw_label(m) for m in ms if "device" in m and "amp" in m})
     return "; ".join(filter(None, (", ".join(bb), "training rows " + ", ".join(f"{t} {span(v)}" for t, v in sorted(rows.items())) if rows else "",
                                    f"scale `{info.get('scale')}`" + (f" ({budget})" if budget else ""),
