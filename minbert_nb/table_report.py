@@ -104,7 +104,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
 def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.DataFrame:
     """`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1),
     `seeds` their number. `added`: seeds given later to some rows alone (for power); a row short of one of them is not short of a run"""
-    order = sorted(per_seed)
+    order, added = sorted(per_seed), set(added)
     frames = [table_frame(table, per_seed[s], scale) for s in order]
     df = frames[0].copy()
     ok = pd.concat([f["status"].str.startswith("ok") for f in frames], axis=1)
@@ -120,7 +120,7 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.Data
         df.loc[i, ["backbone", "data", "status"]] = first.loc[i, ["backbone", "data", "status"]]
         df.loc[i, "device"] = ", ".join(dict.fromkeys(d for f in frames if (d := f.loc[i, "device"])))   # where each seed ran
         n = df.loc[i, "seeds"]
-        want = sum(1 for s, o in zip(order, ok.iloc[i]) if o or s not in set(added))   # the seeds this row was asked for
+        want = sum(1 for s, o in zip(order, ok.iloc[i]) if o or s not in added)   # the seeds this row was asked for
         if 0 < n < want: df.loc[i, "status"] = f"ok on {n} of {want} seeds"
     return df
 

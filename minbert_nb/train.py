@@ -735,8 +735,10 @@ def score_dev(model, cfg:TrainConfig, tasks=None, progress:bool=False) -> dict:
     device = next(model.parameters()).device
     c = dataclasses.replace(cfg, tasks=tuple(tasks or cfg.tasks), model_tasks=None, phases=None)
     data = build_data(c, load_tokenizer(c.backbone), ("dev",))
-    # batched as training's dev passes are (length buckets when `cfg.bucket`): less padding, and the same batches as the run's own scores
-    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size, bucket=c.bucket, seed=c.seed) for t, ds in data["dev"].items()}, device,
+    # batched as training's dev passes are (length buckets when `cfg.bucket`, padded to the run's multiple): the same batches as its own scores
+    pad = pad_multiple_of(c, device)
+    m, _ = evaluate(model, {t: make_loader(ds, c.eval_batch_size, bucket=c.bucket, seed=c.seed, pad_multiple=pad) for t, ds in data["dev"].items()},
+                    device,
                     amp_dtype(c, device), progress=progress)
     return m
 
