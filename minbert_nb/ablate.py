@@ -184,9 +184,10 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     if (folder/"metrics.json").is_file(): m = json.loads((folder/"metrics.json").read_text())
     elif untrained:
         t0 = time.time(); set_seed(c.seed)
-        model = MultitaskBert(c.model_config()).to(default_device(c.device)).eval()
+        dev = default_device(c.device); model = MultitaskBert(c.model_config()).to(dev).eval()
         m = dict(score_dev(model, c, progress=progress), trainable_params=sum(p.numel() for p in model.parameters() if p.requires_grad),
-                 total_params=sum(p.numel() for p in model.parameters()), untrained=True)
+                 total_params=sum(p.numel() for p in model.parameters()), untrained=True,
+                 device=str(dev), amp=precision_name(amp_dtype(c, dev)))   # where and in what precision it was scored, as a trained run says
         m["wall_time_s"] = time.time() - t0
         folder.mkdir(parents=True, exist_ok=True); write_json(asdict(c), folder/"config.json"); write_json(m, folder/"metrics.json")
     else:
