@@ -34,7 +34,7 @@ from .table_report import merge_metrics, device_type, write_table
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
            'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
-           'auto_precision', 'row_minutes', 'run_table']
+           'auto_precision', 'row_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -421,9 +421,19 @@ def row_minutes(table:PaperTable, row:Row, root, device:str) -> list:
             out.append(sum(m["wall_time_s"] for m in ms) / 60)
     return out
 
+def row_progress(table:PaperTable, row:Row, out) -> float:
+    """The share of `row`'s training already done and checkpointed in the table folder `out`: where the row's folder holds its
+    one interrupted run (`last.pt`), the epochs its history.csv records over the epochs its config.json plans; else 0"""
+    f = row_dir(out, table, row)
+    if not all((f/n).is_file() for n in ("last.pt", "config.json", "history.csv")): return 0.0
+    epochs = json.loads((f/"config.json").read_text()).get("epochs") or 0
+    done = max(len((f/"history.csv").read_text().splitlines()) - 1, 0)
+    return min(done, epochs) / epochs if epochs else 0.0
+
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
-    """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`)
-    than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may still start.
+    """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`,
+    less the share an interrupted run of this seed has checkpointed, `row_progress`) than the time left: then a row that
+    would train stays not run (no row.json), and a later, shorter row may still start.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
     original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
     whose runs are finished twins' to copy (`copies_only`)"""
@@ -436,9 +446,11 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
     if left <= 0: why = "not started: the time given (--hours) was up"
     elif took := row_minutes(table, row, Path(out).parent if Path(out).name.startswith("seed-") else out,
                              default_device(kw.get("device")).type):
-        if 60 * statistics.median(took) > left:
+        p = row_progress(table, row, out); need = statistics.median(took) * (1 - p)
+        if 60 * need > left:
             why = (f"not started: its finished seeds took about {statistics.median(took):.0f} min (the median of {len(took)}), "
-                   f"{left / 60:.0f} min were left of the time given (--hours)")
+                   + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
+                   + f"{left / 60:.0f} min were left of the time given (--hours)")
             print(f"{table.id} / {row.name}: {why}")
     if why: return dict(table=table.id, row=row.name, status="not run", reason=why)
     return run_row(table, row, out, *args, **kw)
@@ -447,8 +459,8 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
               progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
-    and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left (the one
-    running finishes; the rest stay not run, to resume later). `power`: `seeds` are added for power (ablate.json records them)"""
+    and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left, less
+    what a checkpoint of it holds (the one running finishes; the rest stay not run, to resume later). `power`: `seeds` are added for power (ablate.json records them)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
