@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes, _done)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -418,7 +418,8 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
 def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
     """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
-    `row_minutes` on the call's device under `results`, else under `earlier` (marked *); copies and ensembles count nothing"""
+    `row_minutes` on the call's device under `results`, else under `earlier` (marked *), less the share a stopped run of the
+    row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing"""
     here, lines, total, star, never = here_device(device), [], {}, False, 0
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
@@ -429,7 +430,8 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
             m = row_minutes(TABLES[t_id], r, Path(results)/f"{t_id}-{scale}", dev)
             if not m and earlier: m = row_minutes(TABLES[t_id], r, Path(earlier)/f"{t_id}-{scale}", dev); old += bool(m)
-            if m: mins, timed = mins + float(np.median(m)), timed + 1
+            left = 1 - row_progress(TABLES[t_id], r, seed_dir(Path(results)/f"{t_id}-{scale}", s))
+            if m: mins, timed = mins + float(np.median(m)) * left, timed + 1
             else: untimed += 1
         star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
         lines.append(f"  {t_id} seed {s}: about {mins / 60:.1f} h on {dev}{'*' if old else ''} ({timed} row(s) timed"
