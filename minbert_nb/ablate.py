@@ -407,10 +407,12 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
     return records
 
-def row_minutes(table:PaperTable, row:Row, root, device:str) -> list:
+def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False) -> list:
     """The wall minutes of each finished seed of `row` in the table folder `root` (its seed-K folders, or itself) trained on
     `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
-    ensemble, which took seconds, are left out"""
+    ensemble, which took seconds, are left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
+    that trained in it count where any did (a CPU with native bf16 trains about twice as fast as one without trains fp32:
+    the two do not time each other), else every seed does, unless `strict`; a seed whose metrics.json names none counts in either"""
     out = []
     for f in sorted(Path(root).glob("seed-*")) or [Path(root)]:
         rec = row_record(f, table, row)
@@ -418,8 +420,9 @@ def row_minutes(table:PaperTable, row:Row, root, device:str) -> list:
         ms = [json.loads((Path(r)/"metrics.json").read_text()) for r in rec["runs"] if (Path(r)/"metrics.json").is_file()]
         if (len(ms) == len(rec["runs"]) and not any("copied_from" in m for m in ms)
                 and all(device_type(m) == device and m.get("wall_time_s") for m in ms)):
-            out.append(sum(m["wall_time_s"] for m in ms) / 60)
-    return out
+            out.append((ms[0].get("amp"), sum(m["wall_time_s"] for m in ms) / 60))
+    same = [m for a, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
+    return same if same or strict else [m for _, m in out]
 
 def row_progress(table:PaperTable, row:Row, out) -> float:
     """The share of `row`'s training already done and checkpointed in the table folder `out`: where the row's folder holds its
@@ -431,9 +434,10 @@ def row_progress(table:PaperTable, row:Row, out) -> float:
     return min(done, epochs) / epochs if epochs else 0.0
 
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
-    """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`,
-    less the share an interrupted run of this seed has checkpointed, `row_progress`) than the time left: then a row that
-    would train stays not run (no row.json), and a later, shorter row may still start.
+    """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
+    those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
+    `row_progress`) than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may
+    still start.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
     original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
     whose runs are finished twins' to copy (`copies_only`)"""
@@ -444,11 +448,12 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
     if until is None or ready or copies_only(table, row, out, *args[:1], **kw): return run_row(table, row, out, *args, **kw)
     left, why = until - time.time(), None
     if left <= 0: why = "not started: the time given (--hours) was up"
-    elif took := row_minutes(table, row, Path(out).parent if Path(out).name.startswith("seed-") else out,
-                             default_device(kw.get("device")).type):
+    elif took := row_minutes(table, row, root := Path(out).parent if Path(out).name.startswith("seed-") else out,
+                             dev := default_device(kw.get("device")).type, prec := auto_precision(dev)):
         p = row_progress(table, row, out); need = statistics.median(took) * (1 - p)
         if 60 * need > left:
-            why = (f"not started: its finished seeds took about {statistics.median(took):.0f} min (the median of {len(took)}), "
+            alien = "" if row_minutes(table, row, root, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
+            why = (f"not started: its finished seeds took about {statistics.median(took):.0f} min (the median of {len(took)}{alien}), "
                    + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
                    + f"{left / 60:.0f} min were left of the time given (--hours)")
             print(f"{table.id} / {row.name}: {why}")

@@ -418,24 +418,29 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
 def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
     """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
-    `row_minutes` on the call's device under `results`, else under `earlier` (marked *), less the share a stopped run of the
-    row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing"""
+    `row_minutes` on the call's device under `results`, else under `earlier` (marked *), of the seeds that trained in the call's
+    precision where any did (else of all, and the line says how many rows were timed so), less the share a stopped run of
+    the row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing"""
     here, lines, total, star, never = here_device(device), [], {}, False, 0
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
-        mins, timed, old, untimed, free = 0.0, 0, 0, 0, 0
+        prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
+        mins, timed, old, untimed, free, alien = 0.0, 0, 0, 0, 0, 0
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
-            m = row_minutes(TABLES[t_id], r, Path(results)/f"{t_id}-{scale}", dev)
-            if not m and earlier: m = row_minutes(TABLES[t_id], r, Path(earlier)/f"{t_id}-{scale}", dev); old += bool(m)
+            root = Path(results)/f"{t_id}-{scale}"
+            if not (m := row_minutes(TABLES[t_id], r, root, dev, prec)) and earlier:
+                m = row_minutes(TABLES[t_id], r, root := Path(earlier)/f"{t_id}-{scale}", dev, prec); old += bool(m)
+            alien += bool(m) and not row_minutes(TABLES[t_id], r, root, dev, prec, strict=True)
             left = 1 - row_progress(TABLES[t_id], r, seed_dir(Path(results)/f"{t_id}-{scale}", s))
             if m: mins, timed = mins + float(np.median(m)) * left, timed + 1
             else: untimed += 1
         star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
         lines.append(f"  {t_id} seed {s}: about {mins / 60:.1f} h on {dev}{'*' if old else ''} ({timed} row(s) timed"
-                     + (f", {old} of them from earlier runs*" if old else "") + (f"; {untimed} never run on {dev}, not counted" if untimed else "")
+                     + (f", {old} of them from earlier runs*" if old else "") + (f", {alien} from runs in another precision than its {prec}" if alien else "")
+                     + (f"; {untimed} never run on {dev}, not counted" if untimed else "")
                      + (f"; {free} copied from a twin row or ensembled: seconds" if free else "") + ")")
     if not lines: return []
     head = ("time, from the wall time of the same rows' finished runs (the median of their seeds, as they ran, most two at a time"

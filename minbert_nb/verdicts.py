@@ -395,7 +395,7 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
                 folder=os.path.relpath(info["folder"], root) if info else "", last_diff=lm, last_low=llo, last_high=lhi, last_seeds=len(last),
                 last_verdict=claim_verdict(last, c.sign, c.margin, c.within) if last or not diffs else "not read",
                 **dict(zip(("by_device", "device_verdicts"), by_device(diffs, where, c.sign, t.percent, c.margin, c.within))),
-                diffs=list(diffs), settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
+                diffs=list(diffs), seed_ids=[s for s, _ in where], settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
                 members=member_text(c, t, info), seeds_added=";".join(str(s) for s, _ in where if s in extra),
                 **dict(zip(("first_diff", "first_low", "first_high"), paired_ci(first))), first_seeds=len(first),
                 first_verdict=claim_verdict(first, c.sign, c.margin, c.within) if first else "")
@@ -538,13 +538,17 @@ def earlier_folders(earlier) -> dict:
 def verdicts_frame(results, root=".", scale:str|None=None, earlier=None, claims=None) -> pd.DataFrame:
     """Every claim's line (`claims_frame`) with the readings of `with_readings`; a claim with fewer than MIN_SEEDS seeds under
     `results` is read from the folder `earlier` (runs made before a fix of the registry, as they ran) where it has more there,
-    marked `settings = earlier`"""
+    marked `settings = earlier`; such a line keeps what its paper's settings have given so far (`so_far`: 'seed:A − B' at each
+    seed where both sides have run, joined by ';') and what they still wait for (`waiting`)"""
     claims = claims or CLAIMS
-    df = claims_frame(results, root, scale, claims)
+    df = claims_frame(results, root, scale, claims).assign(so_far="")
     if found := earlier_folders(earlier):
         for i in df.index[df["seeds"] < MIN_SEEDS]:
             old = judge(claims[df.at[i, "claim"]], found, root, scale)
-            if old["seeds"] > df.at[i, "seeds"]: df.loc[i, list(old)] = pd.Series(old)
+            if old["seeds"] > df.at[i, "seeds"]:
+                now = (";".join(f"{s}:{d:.6g}" for s, d in zip(df.at[i, "seed_ids"], df.at[i, "diffs"])), df.at[i, "waiting"])
+                df.loc[i, list(old)] = pd.Series(old)
+                df.at[i, "so_far"], df.at[i, "waiting"] = now
     return with_readings(df, claims)
 
 def superseded_earlier(results, earlier, root=".", scale:str|None=None, claims=None) -> list:
@@ -733,6 +737,10 @@ def _claim_lines(r, p:bool, root=".") -> list:
     if r.get("settings") == "earlier":   # what those runs had is said once, at the top
         out.append("- settings: earlier: runs made before the rows kept their paper's settings (the top's Settings paragraph says how they "
                    "differ; `results/ablate-scale-rates`): re-run pending")
+        if isinstance(r.get("so_far"), str) and r.so_far:
+            got = [q.split(":") for q in r.so_far.split(";")]
+            out.append(f"- at its paper's settings so far ({_n(len(got), 'seed')} of {MIN_SEEDS}; no verdict before {MIN_SEEDS}): "
+                       + ", ".join(f"{_f(float(x), p)} (seed {s})" for s, x in got))
     if r.get("agreement"): out.append(f"- size: {r.agreement} (the paper's {_f(r.paper_diff, p)} against our interval)")
     if isinstance(r.get("holm_verdict"), str) and r.seeds >= MIN_SEEDS:
         test = {"no effect": "the test against its margin", "within": "the non-inferiority test"}.get(CLAIMS[r.claim].kind, "paired t-test")
@@ -753,7 +761,9 @@ def _claim_lines(r, p:bool, root=".") -> list:
     elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
                                          f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
     if r.get("by_device"): out.append(f"- by device, each on its own seeds: {r.by_device}")
-    if r.get("waiting"): out.append(f"- still to run for {MIN_SEEDS} seeds: {r.waiting}")
+    if r.get("waiting"):
+        at = " at its paper's settings" if r.get("settings") == "earlier" else ""
+        out.append(f"- still to run{at} for {MIN_SEEDS} seeds: {r.waiting}")
     if r.differs: out.append(f"- what differs from the paper and could decide this verdict: {r.differs}")
     if r.note: out.append(f"- note: {r.note}")
     if r.a_runs: out.append(f"- runs: A `{r.a_runs}`; B `{r.b_runs}`")
