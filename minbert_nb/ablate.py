@@ -433,11 +433,12 @@ def row_progress(table:PaperTable, row:Row, out) -> float:
     done = max(len((f/"history.csv").read_text().splitlines()) - 1, 0)
     return min(done, epochs) / epochs if epochs else 0.0
 
-def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, **kw) -> dict:
+def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, earlier=None, **kw) -> dict:
     """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
     those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
     `row_progress`) than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may
-    still start.
+    still start. A row no seed of which has finished here is timed by its runs in the same table folder under `earlier` (runs of
+    an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
     original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
     whose runs are finished twins' to copy (`copies_only`)"""
@@ -447,13 +448,17 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
     ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
     if until is None or ready or copies_only(table, row, out, *args[:1], **kw): return run_row(table, row, out, *args, **kw)
     left, why = until - time.time(), None
+    root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
+    dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
+    src = next((f for f in (root, earlier and Path(earlier)/root.name) if f and row_minutes(table, row, f, dev, prec)), None)
     if left <= 0: why = "not started: the time given (--hours) was up"
-    elif took := row_minutes(table, row, root := Path(out).parent if Path(out).name.startswith("seed-") else out,
-                             dev := default_device(kw.get("device")).type, prec := auto_precision(dev)):
+    elif src is not None:
+        took = row_minutes(table, row, src, dev, prec)
         p = row_progress(table, row, out); need = statistics.median(took) * (1 - p)
         if 60 * need > left:
-            alien = "" if row_minutes(table, row, root, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
-            why = (f"not started: its finished seeds took about {statistics.median(took):.0f} min (the median of {len(took)}{alien}), "
+            alien = "" if row_minutes(table, row, src, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
+            old = "" if src == root else f" at the earlier settings ({src})"
+            why = (f"not started: its finished seeds{old} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien}), "
                    + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
                    + f"{left / 60:.0f} min were left of the time given (--hours)")
             print(f"{table.id} / {row.name}: {why}")
@@ -462,10 +467,12 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, *
 
 # %% ../nbs/16b_ablate.ipynb #c32c9b96
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
-              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False) -> pd.DataFrame:
+              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False, earlier=None) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
     and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left, less
-    what a checkpoint of it holds (the one running finishes; the rest stay not run, to resume later). `power`: `seeds` are added for power (ablate.json records them)"""
+    what a checkpoint of it holds (the one running finishes; the rest stay not run, to resume later); a row that has finished
+    no seed here is timed by the same table folder's runs under `earlier`, where it has some. `power`: `seeds` are added for
+    power (ablate.json records them)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
@@ -483,7 +490,7 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
             for r in tqdm(todo, desc=desc, unit="row", disable=not progress):
                 if stop.requested: raise TrainingInterrupted(f"{stop.signal} between rows, or in a row's last evaluation: {len(done)} of "
                                                              f"{len(todo)} rows in {folder} went through, the rest not started", stop.signal)
-                done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, **kw, **over)
+                done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, earlier=earlier, **kw, **over)
             return done
         if seeds is None: return write_table(table, _done(table, out, rows(out, f"{table.id} ({scale})")), out, scale)
         per_seed = {s: rows(seed_dir(out, s), f"{table.id} ({scale}, seed {s})", seed=s)   # a whole table per seed: an interrupted

@@ -291,7 +291,7 @@ def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|Non
     if cpu_bf16 is not None: os.environ["MINBERT_CPU_BF16"] = str(cpu_bf16)   # for this process and the runs it starts (00_core checks it)
     out = expand(out) or Path(f"runs/ablate-{table}-{scale}")
     run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
-              until=until, power=power)
+              until=until, power=power, earlier=EARLIER_RESULTS)   # rows not yet run here are timed by their earlier runs (--hours)
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
 # %% ../nbs/16e_reproduce.ipynb #7f18007d
