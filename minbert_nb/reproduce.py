@@ -533,7 +533,7 @@ _OPTIONS = {   # every option of minbert_ablate's commands: name -> (default, ty
     "power": (False, bool, "the seeds given (--seeds) are added for power, to the rows of claims close to a decision: the table folder "
                            "records them (ablate.json), and the report reads each claim without them beside the reading with them"),
     "workers": (1, int, "runs at once, each with its share of the cores (2 on a 2-core CPU: about 1.3x the runs an hour)"),
-    "hours": (None, float, "start no run after this many hours, nor one whose finished seeds took longer than the time left, less what a checkpoint of it holds (those running finish; the rest resumes later)"),
+    "hours": (None, float, "start no run after this many hours, nor one whose finished seeds (in this call's precision where any; else, for a row with none here, its runs at the earlier settings) took longer than the time left, less what a checkpoint of it holds (those running finish; the rest resumes later)"),
     "until": (None, float, "the same as a Unix time (what `reproduce` passes to its calls)"),
     "results": ("results/ablate", str, "where the tables' run folders are"),
     "report_out": ("results/reproduction", str, "where claims.csv, report.md, budget.csv, plan.csv and the figures go"),
