@@ -32,8 +32,8 @@ from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
-           'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'run_part', 'copies_only', 'run_row',
-           'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
+           'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
+           'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
            'auto_precision', 'row_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
@@ -177,6 +177,30 @@ def twin_phase(k:int, pcfg:TrainConfig, after:Path|None=None) -> Path|None:
     return None
 
 # %% ../nbs/16b_ablate.ipynb #92dc1f79
+def epochs_done(folder, kept:bool=True) -> tuple:
+    """`(done, planned)`: the epochs the run in `folder` has trained, over those it plans. One run: the epochs its history.csv
+    records (all of them once metrics.json says it finished); a phased run: the sum over its phases' folders (`phase_configs`);
+    a row of several runs: the sum over its part folders. `kept`: only what a restart keeps, i.e. nothing where no `last.pt`
+    under `folder` is left to continue from (`run_part` then trains the run again from its start)"""
+    f = Path(folder)
+    if not f.is_dir(): return 0, 0
+    if not (f/"config.json").is_file():                                   # a row of several runs: part1-..., part2-...
+        parts = [epochs_done(p, kept) for p in sorted(f.glob("part*")) if p.is_dir()]
+        return tuple(sum(x) for x in zip(*parts)) if parts else (0, 0)
+    cfg = json.loads((f/"config.json").read_text())
+    if cfg.get("phases"):
+        try: plan = phase_configs(TrainConfig(**{**{k: v for k, v in cfg.items() if k != "preset"}, "out": str(f)}))
+        except (TypeError, ValueError): return 0, 0                       # a config this version cannot read: nothing to count on
+        runs = [(Path(c.out), c.epochs) for _, c in plan]
+    else: runs = [(f, cfg.get("epochs") or 0)]
+    finished = (f/"metrics.json").is_file()
+    if kept and not finished and not any(f.rglob("last.pt")): return 0, sum(e for _, e in runs)
+    def one(d, e):
+        if finished or (d/"metrics.json").is_file(): return e
+        h = d/"history.csv"
+        return min(max(len(h.read_text().splitlines()) - 1, 0), e) if h.is_file() else 0
+    return sum(one(d, e) for d, e in runs), sum(e for _, e in runs)
+
 def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained:bool=False, predictions:bool=False) -> dict:
     "Train (or continue, or score untrained) one run of a row in `folder`; returns its metrics.json"
     folder = Path(folder)
@@ -193,7 +217,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
     else:
         resume = folder.is_dir() and any(folder.rglob("last.pt"))
         if folder.is_dir() and not resume:   # no checkpoint (in this table's folder): a start that never reached one, or one whose last.pt is gone
-            h = folder/"history.csv"; done = max(len(h.read_text().splitlines()) - 1, 0) if h.is_file() else 0
+            done, _ = epochs_done(folder, kept=False)
             if done: print(f"{folder}: history.csv has {done} epoch(s) but there is no checkpoint (last.pt) to continue from "
                            "(deleted, or left on another machine): this run trains again from its start")
             shutil.rmtree(folder)
@@ -425,13 +449,10 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
     return same if same or strict else [m for _, m in out]
 
 def row_progress(table:PaperTable, row:Row, out) -> float:
-    """The share of `row`'s training already done and checkpointed in the table folder `out`: where the row's folder holds its
-    one interrupted run (`last.pt`), the epochs its history.csv records over the epochs its config.json plans; else 0"""
-    f = row_dir(out, table, row)
-    if not all((f/n).is_file() for n in ("last.pt", "config.json", "history.csv")): return 0.0
-    epochs = json.loads((f/"config.json").read_text()).get("epochs") or 0
-    done = max(len((f/"history.csv").read_text().splitlines()) - 1, 0)
-    return min(done, epochs) / epochs if epochs else 0.0
+    """The share of `row`'s training already done and kept to continue from in the table folder `out`: the epochs its run (its
+    phases, its parts) has trained over those it plans, where a `last.pt` is left to resume from (`epochs_done`); else 0"""
+    done, planned = epochs_done(row_dir(out, table, row))
+    return done / planned if planned else 0.0
 
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, earlier=None, **kw) -> dict:
     """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
@@ -448,12 +469,14 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     ready = row.needs or done(row.name) or (row.ensemble and all(done(m) for m in row.ensemble))
     if until is None or ready or copies_only(table, row, out, *args[:1], **kw): return run_row(table, row, out, *args, **kw)
     left, why = until - time.time(), None
-    root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
-    dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
-    src = next((f for f in (root, earlier and Path(earlier)/root.name) if f and row_minutes(table, row, f, dev, prec)), None)
     if left <= 0: why = "not started: the time given (--hours) was up"
-    elif src is not None:
-        took = row_minutes(table, row, src, dev, prec)
+    else:
+        root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
+        dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
+        took, src = [], None
+        for f in (root, earlier and Path(earlier)/root.name):   # this folder's seeds, else the earlier settings' runs
+            if f and (took := row_minutes(table, row, f, dev, prec)): src = f; break
+    if not why and src is not None:
         p = row_progress(table, row, out); need = statistics.median(took) * (1 - p)
         if 60 * need > left:
             alien = "" if row_minutes(table, row, src, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
