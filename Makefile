@@ -98,10 +98,15 @@ gpu-pack: | $(VENV)/.runtime
 # Re-run every notebook in place (or those NB names, e.g. `make nbs NB=nbs/reproduction.ipynb`), skipping `#| notest` /
 # `#| gpu` cells (stores outputs for the docs); export; clean. The notebooks' demos train into `tempfile.mkdtemp()`
 # folders (hundreds of MB each): they go to a TMPDIR of this run's own, removed after it, as under `make test`. They train in
-# fp32 on every CPU (MINBERT_CPU_BF16=0), as under test (conftest.py): the stored outputs are the same on any CPU.
+# fp32 on every CPU (MINBERT_CPU_BF16=0), as under test (conftest.py): the stored outputs are the same on any CPU. That TMPDIR
+# is named after the notebooks (e.g. /tmp/minbert-nbs-16b_ablate) and tools/nbs_site seeds the scratch folders' names, so
+# the paths a stored output prints are the same at every re-run; it must not exist yet (a run of the same notebooks now, or
+# one that was killed: remove it then).
 NB ?=
 nbs: $(VENV)/.dev
-	tmp=$$(mktemp -d -t minbert-nbs-XXXXXX) && HF_HUB_OFFLINE=1 MINBERT_CPU_BF16=0 TMPDIR=$$tmp $(BIN)/nbdev-test --n-workers 1 --save $(NB); \
+	name=$$(for n in $(NB); do basename $$n .ipynb; done | paste -sd+ -); tmp=$${TMPDIR:-/tmp}/minbert-nbs-$${name:-all}; \
+	mkdir "$$tmp" || { echo "$$tmp exists: another 'make nbs' of these notebooks is running, or one was stopped; remove that folder if none runs" >&2; exit 1; }; \
+	HF_HUB_OFFLINE=1 MINBERT_CPU_BF16=0 TMPDIR=$$tmp PYTHONPATH=$(CURDIR)/tools/nbs_site$${PYTHONPATH:+:$$PYTHONPATH} $(BIN)/nbdev-test --n-workers 1 --save $(NB); \
 	  rc=$$?; rm -rf "$$tmp"; exit $$rc
 	$(BIN)/nbdev-export && $(BIN)/nbdev-clean
 
