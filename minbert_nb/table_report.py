@@ -121,7 +121,7 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.Data
         df.loc[i, "device"] = ", ".join(dict.fromkeys(d for f in frames if (d := f.loc[i, "device"])))   # where each seed ran
         n = df.loc[i, "seeds"]
         want = sum(1 for s, o in zip(order, ok.iloc[i]) if o or s not in added)   # the seeds this row was asked for
-        if 0 < n < want: df.loc[i, "status"] = f"ok on {n} of {want} seeds"
+        if 0 < n < want: df.loc[i, "status"] = f"ok on {n} of {want} seeds" + df.loc[i, "status"][len("ok"):]   # and its note, as "ok (...)" has
     return df
 
 # %% ../nbs/16a_table_report.ipynb #f995f2bb
