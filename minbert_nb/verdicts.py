@@ -659,14 +659,16 @@ def device_text(df:pd.DataFrame) -> str:
 
 # %% ../nbs/16d_verdicts.ipynb #1167133f
 def _run_budget(run) -> tuple|None:
-    "(training examples, optimizer updates) of run folder `run` from its config.json (None for an ensemble or a run without one)"
+    """(training examples, optimizer updates) of run folder `run` from its config.json, summed over its phases where it has
+    them (each phase may name its own steps, the run's steps_per_epoch then being unset); None for an ensemble, a run without
+    a config.json, or one whose steps are not fixed"""
     f = Path(run)/"config.json"
     if not f.is_file(): return None
     cfg = _json(f)
-    if "members" in cfg or cfg.get("steps_per_epoch") is None: return None
+    ph = cfg.get("phases") or [{}]
+    if "members" in cfg or any((p.get("steps_per_epoch") or cfg.get("steps_per_epoch")) is None for p in ph): return None
     try: ex = examples_seen({k: v for k, v in cfg.items() if k in TrainConfig.__dataclass_fields__})
     except (TypeError, ValueError, KeyError): return None
-    ph = cfg.get("phases") or [{}]
     return ex, sum((p.get("epochs") or cfg.get("epochs") or 1) * (p.get("steps_per_epoch") or cfg["steps_per_epoch"]) for p in ph)
 
 def budget_text(r, root=".") -> str:
