@@ -652,9 +652,12 @@ def device_text(df:pd.DataFrame) -> str:
     multi = df[df["by_device"].fillna("").astype(bool)]
     if multi.empty: return ""
     kept = [set(r.device_verdicts.split(";")) == {r.verdict} for r in multi.itertuples()]
-    return (f"Devices: {_n(len(multi), 'claim')} rest{'s' * (len(multi) == 1)} on seeds trained on more than one device (each seed's rows on one: CPU and GPU "
+    one = len(multi) == 1                                           # one claim is named, and "it" keeps its verdict or not
+    return ((f"Devices: 1 claim, {multi.iloc[0].claim}, rests" if one else f"Devices: {len(multi)} claims rest")
+            + " on seeds trained on more than one device (each seed's rows on one: CPU and GPU "
             "runs differ in their kernels, not in their configuration). Read on each device's seeds alone, "
-            f"{sum(kept)} of the {len(multi)} keep their verdict on every device"
+            + (f"it {'keeps' if kept[0] else 'does not keep'} its verdict on every device" if one
+               else f"{sum(kept)} of the {len(multi)} keep their verdict on every device")
             + "".join(f"; {r.claim} ({r.verdict} over all {r.seeds} seeds): {r.by_device}" for r, k in zip(multi.itertuples(), kept) if not k) + ".")
 
 # %% ../nbs/16d_verdicts.ipynb #1167133f
