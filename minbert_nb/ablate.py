@@ -34,7 +34,7 @@ from .table_report import merge_metrics, device_type, write_table
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
-           'auto_precision', 'row_minutes', 'row_progress', 'run_table']
+           'auto_precision', 'row_minutes', 'time_ratio', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -448,6 +448,17 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
     same = [m for a, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
     return same if same or strict else [m for _, m in out]
 
+def time_ratio(table:PaperTable, root, rough, device:str, precision:str) -> tuple:
+    """How many times longer `table`'s rows train under `root` in `precision` than the same rows' runs under `rough` took (the
+    earlier settings' folder, or `root` itself for its runs in the other precision): the median over the rows timed both ways
+    of the ratio of their medians, and how many rows that is; (None, 0) where no row is"""
+    same = Path(rough) == Path(root)
+    other = {"fp32": "bfloat16", "bfloat16": "fp32"}.get(precision)
+    ratios = [statistics.median(new) / statistics.median(old) for r in table.rows if not r.ensemble
+              and (new := row_minutes(table, r, root, device, precision, strict=True))
+              and (old := row_minutes(table, r, rough, device, other, strict=True) if same else row_minutes(table, r, rough, device, precision))]
+    return (float(statistics.median(ratios)), len(ratios)) if ratios else (None, 0)
+
 def row_progress(table:PaperTable, row:Row, out) -> float:
     """The share of `row`'s training already done and kept to continue from in the table folder `out`: the epochs its run (its
     phases, its parts) has trained over those it plans, where a `last.pt` is left to resume from (`epochs_done`); else 0"""
@@ -477,11 +488,14 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
         for f in (root, earlier and Path(earlier)/root.name):   # this folder's seeds, else the earlier settings' runs
             if f and (took := row_minutes(table, row, f, dev, prec)): src = f; break
     if not why and src is not None:
-        p = row_progress(table, row, out); need = statistics.median(took) * (1 - p)
+        alien = "" if row_minutes(table, row, src, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
+        ratio, n = time_ratio(table, root, src, dev, prec) if alien or src != root else (None, 0)   # a rough time: scaled
+        scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""
+        p = row_progress(table, row, out); need = statistics.median(took) * (ratio or 1) * (1 - p)
         if 60 * need > left:
-            alien = "" if row_minutes(table, row, src, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
             old = "" if src == root else f" at the earlier settings ({src})"
-            why = (f"not started: its finished seeds{old} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien}), "
+            why = (f"not started: its finished seeds{old} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien})"
+                   + scaled.format(statistics.median(took) * (ratio or 1)) + ", "
                    + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
                    + f"{left / 60:.0f} min were left of the time given (--hours)")
             print(f"{table.id} / {row.name}: {why}")
