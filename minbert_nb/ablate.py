@@ -34,7 +34,7 @@ from .table_report import merge_metrics, device_type, write_table
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
-           'auto_precision', 'row_minutes', 'time_ratio', 'row_progress', 'run_table']
+           'auto_precision', 'row_minutes', 'time_ratio', 'rough_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -459,6 +459,17 @@ def time_ratio(table:PaperTable, root, rough, device:str, precision:str) -> tupl
               and (old := row_minutes(table, r, rough, device, other, strict=True) if same else row_minutes(table, r, rough, device, precision))]
     return (float(statistics.median(ratios)), len(ratios)) if ratios else (None, 0)
 
+def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None) -> tuple:
+    """`row_minutes` of `row` in the table folder `root`, else in the same table's folder under `earlier` (the earlier
+    settings' runs): the minutes, the folder they came from (None where neither has a finished seed), whether none of them
+    trained in `precision`, and the `time_ratio` that scales them where they are rough (another folder, another precision)"""
+    root = Path(root)
+    for f in (root, earlier and Path(earlier)/root.name):
+        if f and (took := row_minutes(table, row, f, device, precision)):
+            alien = not row_minutes(table, row, f, device, precision, strict=True)
+            return took, Path(f), alien, time_ratio(table, root, f, device, precision) if alien or Path(f) != root else (None, 0)
+    return [], None, False, (None, 0)
+
 def row_progress(table:PaperTable, row:Row, out) -> float:
     """The share of `row`'s training already done and kept to continue from in the table folder `out`: the epochs its run (its
     phases, its parts) has trained over those it plans, where a `last.pt` is left to resume from (`epochs_done`); else 0"""
@@ -484,12 +495,9 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     else:
         root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
         dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
-        took, src = [], None
-        for f in (root, earlier and Path(earlier)/root.name):   # this folder's seeds, else the earlier settings' runs
-            if f and (took := row_minutes(table, row, f, dev, prec)): src = f; break
+        took, src, alien, (ratio, n) = rough_minutes(table, row, root, dev, prec, earlier)   # this folder's, else the earlier runs'
     if not why and src is not None:
-        alien = "" if row_minutes(table, row, src, dev, prec, strict=True) else f", none of them in {prec} as this call trains"
-        ratio, n = time_ratio(table, root, src, dev, prec) if alien or src != root else (None, 0)   # a rough time: scaled
+        alien = f", none of them in {prec} as this call trains" if alien else ""
         scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""
         p = row_progress(table, row, out); need = statistics.median(took) * (ratio or 1) * (1 - p)
         if 60 * need > left:

@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, time_ratio, _done)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -422,7 +422,7 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
     precision where any did (else of all, and the line says how many rows were timed so), less the share a stopped run of
     the row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing. A row
     timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways"""
-    here, lines, total, star, never, ratios = here_device(device), [], {}, False, 0, {}
+    here, lines, total, star, never = here_device(device), [], {}, False, 0
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
@@ -431,15 +431,11 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
-            root = here_root = Path(results)/f"{t_id}-{scale}"
-            if not (m := row_minutes(TABLES[t_id], r, root, dev, prec)) and earlier:
-                m = row_minutes(TABLES[t_id], r, root := Path(earlier)/f"{t_id}-{scale}", dev, prec); old += bool(m)
-            other = bool(m) and not row_minutes(TABLES[t_id], r, root, dev, prec, strict=True); alien += other
-            left = 1 - row_progress(TABLES[t_id], r, seed_dir(here_root, s))
-            if m and (root != here_root or other):            # timed roughly: scaled by the table's own ratio where it has one
-                key = (t_id, dev, prec, str(root))
-                if key not in ratios: ratios[key] = time_ratio(TABLES[t_id], here_root, root, dev, prec)
-                if ratios[key][0]: m = [x * ratios[key][0] for x in m]; scaled[ratios[key]] = scaled.get(ratios[key], 0) + 1
+            root = Path(results)/f"{t_id}-{scale}"
+            m, src, other, ratio = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier)   # scaled where rough (16b_ablate)
+            old += src is not None and src != root; alien += other
+            if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
+            left = 1 - row_progress(TABLES[t_id], r, seed_dir(root, s))
             if m: mins, timed = mins + float(np.median(m)) * left, timed + 1
             else: untimed += 1
         star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
