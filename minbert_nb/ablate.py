@@ -34,7 +34,7 @@ from .table_report import merge_metrics, device_type, write_table
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
-           'auto_precision', 'row_minutes', 'time_ratio', 'rough_minutes', 'row_progress', 'run_table']
+           'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -459,16 +459,33 @@ def time_ratio(table:PaperTable, root, rough, device:str, precision:str) -> tupl
               and (old := row_minutes(table, r, rough, device, other, strict=True) if same else row_minutes(table, r, rough, device, precision))]
     return (float(statistics.median(ratios)), len(ratios)) if ratios else (None, 0)
 
-def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None) -> tuple:
+def _shape(v):
+    "A run's configuration with its real-valued settings reduced to zero or not, and its label dropped: what sets its work"
+    if isinstance(v, dict): return {k: _shape(x) for k, x in v.items() if k != "preset"}
+    if isinstance(v, (list, tuple)): return [_shape(x) for x in v]
+    return v == 0 if isinstance(v, float) else v
+
+def alike_rows(table:PaperTable, row:Row, scale:str) -> list:
+    """The other rows of `table` built like `row` at `scale` but for real-valued settings (learning rates, dropout, loss weights,
+    each of which still counts as zero or not, since a zero weight can switch a loss off): the same steps of the same model on
+    the same data, so they take about as long"""
+    key = lambda r: _shape(row_configs(table, r, scale))
+    return [r for r in table.rows if r is not row and not r.ensemble and key(r) == key(row)] if not row.ensemble else []
+
+def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None, scale:str|None=None) -> tuple:
     """`row_minutes` of `row` in the table folder `root`, else in the same table's folder under `earlier` (the earlier
-    settings' runs): the minutes, the folder they came from (None where neither has a finished seed), whether none of them
-    trained in `precision`, and the `time_ratio` that scales them where they are rough (another folder, another precision)"""
+    settings' runs), else, given the `scale`, those in `precision` of the rows in `root` built like it (`alike_rows`): the
+    minutes, the folder they came from (None where none has a finished seed), whether none of them trained in `precision`,
+    the `time_ratio` that scales them where they are rough (another folder, another precision), and the rows built alike
+    that timed it (none where its own seeds did)"""
     root = Path(root)
     for f in (root, earlier and Path(earlier)/root.name):
         if f and (took := row_minutes(table, row, f, device, precision)):
             alien = not row_minutes(table, row, f, device, precision, strict=True)
-            return took, Path(f), alien, time_ratio(table, root, f, device, precision) if alien or Path(f) != root else (None, 0)
-    return [], None, False, (None, 0)
+            return took, Path(f), alien, time_ratio(table, root, f, device, precision) if alien or Path(f) != root else (None, 0), []
+    timed = {r.name: m for r in (alike_rows(table, row, scale) if scale else []) if (m := row_minutes(table, r, root, device, precision, strict=True))}
+    if timed: return [x for m in timed.values() for x in m], root, False, (None, 0), list(timed)
+    return [], None, False, (None, 0), []
 
 def row_progress(table:PaperTable, row:Row, out) -> float:
     """The share of `row`'s training already done and kept to continue from in the table folder `out`: the epochs its run (its
@@ -481,7 +498,8 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
     `row_progress`) than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may
     still start. A row no seed of which has finished here is timed by its runs in the same table folder under `earlier` (runs of
-    an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, and the message says so.
+    an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, else by the seeds the rows built like it
+    (`alike_rows`) finished here, and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
     original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
     whose runs are finished twins' to copy (`copies_only`)"""
@@ -495,14 +513,16 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     else:
         root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
         dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
-        took, src, alien, (ratio, n) = rough_minutes(table, row, root, dev, prec, earlier)   # this folder's, else the earlier runs'
+        took, src, alien, (ratio, n), like = rough_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"))
     if not why and src is not None:
         alien = f", none of them in {prec} as this call trains" if alien else ""
         scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""
         p = row_progress(table, row, out); need = statistics.median(took) * (ratio or 1) * (1 - p)
         if 60 * need > left:
             old = "" if src == root else f" at the earlier settings ({src})"
-            why = (f"not started: its finished seeds{old} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien})"
+            who = (f"the finished seeds of the row(s) built like it but for real-valued settings ({', '.join(like)})" if like
+                   else f"its finished seeds{old}")
+            why = (f"not started: {who} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien})"
                    + scaled.format(statistics.median(took) * (ratio or 1)) + ", "
                    + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
                    + f"{left / 60:.0f} min were left of the time given (--hours)")

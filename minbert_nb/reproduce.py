@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, _done)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -421,19 +421,20 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
     `row_minutes` on the call's device under `results`, else under `earlier` (marked *), of the seeds that trained in the call's
     precision where any did (else of all, and the line says how many rows were timed so), less the share a stopped run of
     the row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing. A row
-    timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways"""
+    timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways;
+    a row timed neither here nor earlier is timed by the rows built like it but for real-valued settings (`alike_rows`)"""
     here, lines, total, star, never = here_device(device), [], {}, False, 0
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
         prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
-        mins, timed, old, untimed, free, alien, scaled = 0.0, 0, 0, 0, 0, 0, {}
+        mins, timed, old, untimed, free, alien, scaled, alike = 0.0, 0, 0, 0, 0, 0, {}, 0
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
             root = Path(results)/f"{t_id}-{scale}"
-            m, src, other, ratio = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier)   # scaled where rough (16b_ablate)
-            old += src is not None and src != root; alien += other
+            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale)   # scaled where rough (16b_ablate)
+            old += src is not None and src != root; alien += other; alike += bool(like)
             if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
             left = 1 - row_progress(TABLES[t_id], r, seed_dir(root, s))
             if m: mins, timed = mins + float(np.median(m)) * left, timed + 1
@@ -442,6 +443,7 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
         lines.append(f"  {t_id} seed {s}: about {mins / 60:.1f} h on {dev}{'*' if old else ''} ({timed} row(s) timed"
                      + (f", {old} of them from earlier runs*" if old else "") + (f", {alien} from runs in another precision than its {prec}" if alien else "")
                      + "".join(f", {k} scaled by x{f:.1f}, the median ratio of the table's {n} row(s) timed both ways" for (f, n), k in scaled.items())
+                     + (f", {alike} by the rows built like them but for real-valued settings" if alike else "")
                      + (f"; {untimed} never run on {dev}, not counted" if untimed else "")
                      + (f"; {free} copied from a twin row or ensembled: seconds" if free else "") + ")")
     if not lines: return []
