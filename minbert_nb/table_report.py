@@ -18,7 +18,7 @@ from .tables import PaperTable, Row
 
 # %% auto #0
 __all__ = ['merge_metrics', 'our_value', 'device_type', 'hw_label', 'train_files', 'run_phases', 'data_label', 'table_frame',
-           'seeds_frame', 'table_markdown', 'plot_table', 'plot_table_frontier', 'write_table']
+           'seeds_frame', 'table_markdown', 'row_labels', 'plot_table', 'plot_table_frontier', 'write_table']
 
 # %% ../nbs/16a_table_report.ipynb #a41eb27f
 _KEEP = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr", "overall", "trainable_params", "total_params", "best_epoch", "amp", "device")
@@ -154,6 +154,19 @@ def table_markdown(table:PaperTable, df:pd.DataFrame, scale:str, commit:str="") 
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(out) + "\n"
 
+# %% ../nbs/16a_table_report.ipynb #r0wlab02
+def row_labels(names, width:int=38) -> tuple[str, list[str]]:
+    "(the leading ' / '-parts all `names` share, dropped when a name is longer than `width`; each name fit to `width`, cut in its middle)"
+    parts = [str(n).split(" / ") for n in names]
+    k = 0
+    if len(parts) > 1 and any(len(str(n)) > width for n in names):
+        while all(len(p) > k + 1 for p in parts) and len({p[k] for p in parts}) == 1: k += 1
+    def fit(s:str) -> str:
+        if len(s) <= width: return s
+        head = (width - 1) // 2
+        return s[:head] + "…" + s[len(s) - (width - 1 - head):]
+    return " / ".join(parts[0][:k]), [fit(" / ".join(p[k:])) for p in parts]
+
 # %% ../nbs/16a_table_report.ipynb #239d601f
 def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str|None=None):
     "Paper vs ours, one panel per score column, one pair of bars per row"
@@ -169,9 +182,10 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
                 error_kw=dict(lw=0.8, capsize=2))
         for i in np.where(ours.isna())[0]: ax.text(0, y[i] + 0.2, " not run", va="center", fontsize=6, color="tab:red")
         ax.set_title(c, fontsize=9); ax.tick_params(labelsize=7); ax.grid(axis="x", alpha=0.3)
-    axs[0][0].set_yticks(y, [r if len(r) <= 38 else r[:36] + "…" for r in df["row"]]); axs[0][0].invert_yaxis()
+    shared, labels = row_labels(df["row"])
+    axs[0][0].set_yticks(y, labels); axs[0][0].invert_yaxis()
     axs[0][-1].legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"{table.id}: {table.caption.split(':', 1)[-1].strip().split('. ')[0][:100]}", fontsize=9)
+    fig.suptitle(f"{table.id}: {table.caption.split(':', 1)[-1].strip().split('. ')[0][:100]}" + (f"\nevery row: {shared} / …" if shared else ""), fontsize=9)
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     stamp_figure(fig, stamp or table.id, commit)
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
