@@ -234,7 +234,8 @@ def table_from_runs(table_id:str, out, scale:str) -> pd.DataFrame|None:
     per = {}
     for d in sorted(out.glob("seed-*")):
         if not d.name[5:].isdigit(): continue
-        per[int(d.name[5:])] = {r.name: row_record(d, t, r) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
+        recs = _done(t, d, {})                            # a row built exactly like a finished one shows its run, as `run_table` writes it
+        per[int(d.name[5:])] = {r.name: recs.get(r.name) or dict(status="not run", reason=r.needs or "not run yet (`minbert_ablate --plan` lists it)")
                                 for r in t.rows}
     if not per: print(f"note: {out} holds no seed folders (seed-K/) of {table_id}: no table written"); return None
     return write_table(t, dict(sorted(per.items())), out, scale, per_seed=True, added=power_seeds(out))

@@ -103,7 +103,7 @@ def table_frame(table:PaperTable, records:dict, scale:str) -> pd.DataFrame:
 # %% ../nbs/16a_table_report.ipynb #f0eac8d4
 def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.DataFrame:
     """`table_frame` over seeds: ours is the mean over the seeds whose run of the row is done, `sd` the standard deviation (n - 1),
-    `seeds` their number. `added`: seeds given later to some rows alone (for power); a row short of one of them is not short of a run"""
+    `seeds` their number, `per seed` each seed's own ("seed:score;..."). `added`: seeds given later to some rows alone (for power); a row short of one of them is not short of a run"""
     order, added = sorted(per_seed), set(added)
     frames = [table_frame(table, per_seed[s], scale) for s in order]
     df = frames[0].copy()
@@ -113,7 +113,9 @@ def seeds_frame(table:PaperTable, per_seed:dict, scale:str, added=()) -> pd.Data
         col = f"ours {c}" if c else "trainable_M"
         v = pd.concat([pd.to_numeric(f[col], errors="coerce") for f in frames], axis=1)
         df[col] = v.mean(axis=1)
-        if c: df[f"sd {c}"] = v.std(axis=1, ddof=1)
+        if c:
+            df[f"sd {c}"] = v.std(axis=1, ddof=1)
+            df[f"per seed {c}"] = [";".join(f"{s}:{x:.6g}" for s, x in zip(order, r) if not pd.isna(x)) for r in v.to_numpy()]
     df["wall_s"] = pd.concat([f["wall_s"] for f in frames], axis=1).sum(axis=1, min_count=1)
     for i in range(len(df)):
         first = next((f for f, o in zip(frames, ok.iloc[i]) if o), frames[0])       # backbone, data, note of a seed that ran
@@ -180,6 +182,9 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
         sd = pd.to_numeric(df[f"sd {c}"], errors="coerce").fillna(0) if f"sd {c}" in df else None   # over seeds
         ax.barh(y + 0.2, ours, height=0.38, color="tab:blue", label="ours" + (" (mean ± sd)" if sd is not None else ""), xerr=sd,
                 error_kw=dict(lw=0.8, capsize=2))
+        if f"per seed {c}" in df:                                                     # every seed a point on its bar
+            pts = [(float(p.split(":")[1]), y[i] + 0.2) for i, cell in enumerate(df[f"per seed {c}"].fillna("")) for p in str(cell).split(";") if ":" in p]
+            if pts: ax.plot(*zip(*pts), "o", ms=2.6, mfc="white", mec="black", mew=0.6, ls="none", label="each seed")
         for i in np.where(ours.isna())[0]: ax.text(0, y[i] + 0.2, " not run", va="center", fontsize=6, color="tab:red")
         ax.set_title(c, fontsize=9); ax.tick_params(labelsize=7); ax.grid(axis="x", alpha=0.3)
     shared, labels = row_labels(df["row"])
