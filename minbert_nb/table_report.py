@@ -189,9 +189,9 @@ def plot_table(table:PaperTable, df:pd.DataFrame, path, stamp:str="", commit:str
         ax.set_title(c, fontsize=9); ax.tick_params(labelsize=7); ax.grid(axis="x", alpha=0.3)
     shared, labels = row_labels(df["row"])
     axs[0][0].set_yticks(y, labels); axs[0][0].invert_yaxis()
-    axs[0][-1].legend(fontsize=7, loc="lower right")
+    fig.legend(*axs[0][-1].get_legend_handles_labels(), fontsize=7, loc="lower center", ncol=3, frameon=False)   # below the panels: no bar hidden
     fig.suptitle(f"{table.id}: {table.caption.split(':', 1)[-1].strip().split('. ')[0][:100]}" + (f"\nevery row: {shared} / …" if shared else ""), fontsize=9)
-    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    fig.tight_layout(rect=(0, 0.25 / fig.get_figheight(), 1, 1))
     stamp_figure(fig, stamp or table.id, commit)
     Path(path).parent.mkdir(parents=True, exist_ok=True); fig.savefig(path, dpi=110); plt.close(fig)
     return Path(path)
