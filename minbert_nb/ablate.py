@@ -8,21 +8,21 @@ Docs: https://minbert-nb.github.io/minbert_nb/ablate.html.md"""
 from __future__ import annotations
 try: import fcntl
 except ImportError: fcntl = None   # not on Windows: the table's check then runs unlocked
-import dataclasses, json, os, re, shutil, statistics, time
+import dataclasses, gzip, hashlib, json, os, re, shutil, statistics, time
 from dataclasses import asdict
 from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 from .core import set_seed, default_device, code_version, cpu_has_native_bf16
-from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, TASK_METRIC
+from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, read_bytes, TASK_METRIC
 from .run_data import run_files
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
 from .evaluate import prediction_path, raw_path
 from .config import TrainConfig
-from .checkpoint import write_json, GracefulStop, TrainingInterrupted
+from .checkpoint import write_json, atomic_write_text, GracefulStop, TrainingInterrupted
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
 from .train import load_run, score_dev, amp_dtype, precision_name
 from .phases import run_training, phase_configs, copy_phase
@@ -31,9 +31,10 @@ from .tables import SCALES, TABLES, PaperTable, Row, row_configs
 from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
-__all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
-           'has_dev_predictions', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
-           'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
+__all__ = ['PACK', 'slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
+           'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'dev_predictions_here', 'twin_run',
+           'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only', 'read_by_ensemble', 'run_row',
+           'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
            'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
@@ -111,14 +112,81 @@ def _files_under(m:dict, folder:Path) -> bool:
     return bool(files) and all(Path(f).resolve().is_relative_to(folder) for f in files)
 
 _SCORED = TASK_METRIC   # each task and its score key (declared tasks too)
+PACK = "dev-predictions.json.gz"   # a run's dev predictions, packed to be committed (`pack_dev_predictions`)
+
+def _dev_files(run:Path) -> list:
+    "The dev prediction files (outputs and raw) of every task run folder `run` scored (its metrics.json)"
+    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
+    return [f(run, t, "dev") for t, k in _SCORED.items() if k in m for f in (prediction_path, raw_path)]
+
+def _pack_of(run:Path) -> Path|None:
+    "`run`'s pack; for a copy of a twin's run (`copied_from` in its metrics.json), the pack of the run it was copied from"
+    if (run/PACK).is_file(): return run/PACK
+    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
+    src = m.get("copied_from")
+    return next((d/src/PACK for d in Path(run).resolve().parents if src and (d/src/PACK).is_file()), None)
+
+def _packed_names(pack:Path) -> set: return set(json.loads(gzip.decompress(pack.read_bytes()))["files"])
 
 def has_dev_predictions(run) -> bool:
-    """Whether run folder `run` still holds the dev prediction files (outputs and raw) of every task it scored: an ensemble
-    reads them, and they are not committed, so they do not outlive the machine the run trained on"""
+    """Whether run folder `run` holds the dev prediction files (outputs and raw) of every task it scored, or a pack of them
+    (its own, or that of the run it was copied from): an ensemble reads them"""
+    run = Path(run); files = _dev_files(run)
+    if not files: return False
+    if all(plain_or_gz(f).is_file() for f in files): return True
+    pack = _pack_of(run)
+    return pack is not None and {f.name for f in files} <= _packed_names(pack)
+
+def _gz(text:str) -> bytes: return gzip.compress(text.encode("utf-8"), mtime=0)   # the same text, the same bytes
+
+def _write_bytes(data:bytes, path:Path) -> Path:
+    "Write `data` to `path` whole or not at all (a temporary file, then renamed)"
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}"); tmp.write_bytes(data); os.replace(tmp, path); return path
+
+def pack_dev_predictions(run, root) -> Path:
+    """Pack the dev prediction files of run folder `run` into `run/dev-predictions.json.gz`, small enough to commit: each file
+    without its id column, since a dev set's ids are the same in every run: they are kept once, in `root/dev-ids/`, named by
+    their hash. `unpack_dev_predictions` writes the files back, byte for byte"""
+    run, root, files = Path(run), Path(root), {}
+    want = _dev_files(run)
+    missing = [f.name for f in want if not plain_or_gz(f).is_file()]
+    if not want or missing:
+        raise FileNotFoundError(f"{run}: no dev prediction files to pack ({', '.join(missing) or 'it scored no task'} missing in "
+                                f"{run/'predictions'}); they are written when a run finishes, and stay on the machine it trained on.")
+    for f in want:
+        head, *lines = read_bytes(f).decode("utf-8").split("\n")
+        ids = [l.split(",", 1)[0].rstrip() for l in lines]          # 'ID , pred ' (outputs) and 'ID,raw...' (raw): the id, then the rest
+        text = "\n".join(ids)
+        name = f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.txt.gz"
+        if not (root/"dev-ids"/name).is_file():
+            (root/"dev-ids").mkdir(parents=True, exist_ok=True); _write_bytes(_gz(text), root/"dev-ids"/name)
+        files[f.name] = dict(ids=name, header=head, rest=[l[len(i):] for l, i in zip(lines, ids)])
+    _write_bytes(_gz(json.dumps(dict(format=1, files=files))), run/PACK)
+    return run/PACK
+
+def unpack_dev_predictions(run) -> list:
+    """Write the dev prediction files of run folder `run`'s pack (`_pack_of`) back into `run/predictions/`: those missing (none
+    is overwritten), the ids from the `dev-ids/` folder nearest above the pack; returns the files written"""
+    run = Path(run); pack = _pack_of(run)
+    if pack is None: raise FileNotFoundError(f"{run}: no {PACK} (nor one in the run it was copied from) to unpack.")
+    done = []
+    for name, f in json.loads(gzip.decompress(pack.read_bytes()))["files"].items():
+        dest = run/"predictions"/name
+        if plain_or_gz(dest).is_file(): continue
+        idf = next((d/"dev-ids"/f["ids"] for d in pack.resolve().parents if (d/"dev-ids"/f["ids"]).is_file()), None)
+        if idf is None: raise FileNotFoundError(f"{pack}: its {name} needs the dev ids dev-ids/{f['ids']}, found in no folder above it; "
+                                                "they are committed beside the table folders (git checkout them), else train the run again.")
+        ids = gzip.decompress(idf.read_bytes()).decode("utf-8").split("\n")
+        if len(ids) != len(f["rest"]): raise ValueError(f"{idf}: {len(ids)} ids where {pack} packs {len(f['rest'])} lines of {name}: not its ids.")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        done.append(atomic_write_text(dest, "\n".join([f["header"], *(i + r for i, r in zip(ids, f["rest"]))])))
+    return done
+
+def dev_predictions_here(run) -> bool:
+    "`has_dev_predictions`, the files written back from the pack first where only the pack is here (what an ensemble reads)"
     run = Path(run)
-    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
-    tasks = [t for t, k in _SCORED.items() if k in m]
-    return bool(tasks) and all(plain_or_gz(f(run, t, "dev")).is_file() for t in tasks for f in (prediction_path, raw_path))
+    if has_dev_predictions(run) and not all(plain_or_gz(f).is_file() for f in _dev_files(run)): unpack_dev_predictions(run)
+    return has_dev_predictions(run)
 
 # %% ../nbs/16b_ablate.ipynb #b58a1f13
 def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
@@ -223,7 +291,7 @@ def run_part(cfg:dict, folder:Path, progress:bool=True, eval_tasks=(), untrained
             shutil.rmtree(folder)
         twin = None if resume or eval_tasks else twin_run(cfg, folder, predictions)
         if twin is not None:                                          # the same run, finished in another row: its files, not a retraining
-            m = copy_phase(twin, folder, ignore=("*.pt", "row.json", ".*"))   # copied_from e.g. 004-T3-short/seed-0/rows/...
+            m = copy_phase(twin, folder, ignore=("*.pt", "row.json", PACK, ".*"))   # copied_from e.g. 004-T3-short/seed-0/rows/... (whose pack it reads)
         else: m = run_training(c, progress=progress, resume=resume, twin=twin_phase)   # a phase another row trained: copied
     if eval_tasks and "eval_tasks" not in m:                                               # score the best weights on every task of the row
         t0 = time.time(); model, rc = load_run(folder, c.device)
@@ -280,6 +348,31 @@ def _trained_record(table:PaperTable, row:Row, rec:dict, folder:Path, scale:str,
         rec["note"] = "; ".join(x for x in (f"{', '.join(phased)} (the same configuration, seed and start), copied: not trained again", rec["note"]) if x)
     return rec
 
+# %% ../nbs/16b_ablate.ipynb #pack0ex2
+def read_by_ensemble(table:PaperTable, row:Row, scale:str, **overrides) -> bool:
+    """Whether an ensemble row reads `row`'s runs: a member of one in its table, or built exactly like a member of another
+    table's (the same `config_key` for each run at `scale` with `overrides`: `twin_run` copies it there)"""
+    if table.is_member(row.name): return True
+    if row.same_as or row.ensemble or row.needs: return False
+    keys = lambda t, r: [config_key(c) for c in row_configs(t, r, scale, **overrides)]
+    try: mine = keys(table, row)
+    except (TypeError, ValueError): return False
+    for t in TABLES.values():
+        for r in t.rows:
+            if t is table or not t.is_member(r.name): continue
+            try:
+                if keys(t, r) == mine: return True
+            except (TypeError, ValueError): continue
+    return False
+
+def _ids_root(folder) -> Path:
+    "Where the runs of row folder `folder` (`BASE/TABLE[/seed-K]/rows/ROW`) keep their dev ids: BASE, beside the table folders"
+    p = Path(folder)
+    while p.name != "rows" and p != p.parent: p = p.parent
+    if p.name != "rows": return Path(folder).parent
+    t = p.parent.parent if p.parent.name.startswith("seed-") else p.parent
+    return t.parent
+
 # %% ../nbs/16b_ablate.ipynb #edce74a7
 def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:
     folder = row_dir(out, table, row)
@@ -295,6 +388,9 @@ def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_chec
     else:
         rec = _trained_record(table, row, rec, folder, scale, progress, **overrides)
         if rec["status"] != "ok": return rec
+        if read_by_ensemble(table, row, scale, **overrides):         # an ensemble reads its dev predictions: packed, to be committed
+            for r in map(Path, rec["runs"]):
+                if _pack_of(r) is None and all(plain_or_gz(f).is_file() for f in _dev_files(r)): pack_dev_predictions(r, _ids_root(folder))
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(portable(rec, folder), folder/"row.json")
@@ -321,9 +417,9 @@ def _ensemble_record(table:PaperTable, row:Row, rec:dict, out, scale:str, progre
     members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
     lacking = [m["row"] for m in members if m["status"] != "ok"]
     if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
-    gone = [m["folder"] for m in members if not all(has_dev_predictions(r) for r in m["runs"])]
-    if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (prediction files are "
-                         "not committed and stay on the machine a run trained on): delete those folders to train them again here")
+    gone = [m["folder"] for m in members if not all(dev_predictions_here(r) for r in m["runs"])]
+    if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (neither the prediction "
+                         f"files, which stay on the machine a run trained on, nor a pack of them, {PACK}): delete those folders to train them again here")
     t0, dirs = time.time(), [m["runs"][0] for m in members]
     em = ensemble_runs(dirs, folder/"ensemble", splits=("dev",), data_dir=overrides.get("data_dir"), **row.ensemble_methods)
     metrics = merge_metrics([em]); metrics["trainable_params"] = sum(m["metrics"].get("trainable_params", 0) for m in members)
@@ -501,7 +597,7 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, else by the seeds the rows built like it
     (`alike_rows`) finished here, and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
-    original is done, an ensemble whose members have all finished (their dev predictions may not outlive the machine), a row
+    original is done, an ensemble whose members have all finished (their dev predictions here, or packed), a row
     whose runs are finished twins' to copy (`copies_only`)"""
     def done(n):
         r = table.row(n)

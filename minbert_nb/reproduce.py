@@ -66,7 +66,7 @@ def claim_rows(table_id:str) -> set:
 def run_order(table_id:str) -> list:
     """The order a seed's rows of `table_id` run in (row names): the claims' rows first, each ensemble of them right after its
     members, then the other rows (an ensemble again after its members). An ensemble reads its members' dev predictions, which
-    do not outlive the machine (they are not committed): members and ensemble next to each other leave the least to lose"""
+    outlive the machine only as the pack a finished member commits (`pack_dev_predictions`): members and ensemble next to each other leave the least to lose"""
     t, used, out = TABLES[table_id], claim_rows(table_id), []
     def place(r):
         for n in (*r.ensemble, r.name):
@@ -85,7 +85,7 @@ def folder_seeds(folder) -> list:
 
 def orphaned(results="results/ablate", scale:str=REPORT_SCALE, seeds=(0, 1, 2)) -> list:
     """Ensembles that cannot run: (table, row, seed, member folders) where members have finished whose dev predictions are
-    gone (they are not committed), whether or not the others have: delete those folders and the next `minbert_ablate reproduce` trains them
+    gone (no prediction files here, nor a pack of them: runs made before runs packed them), whether or not the others have: delete those folders and the next `minbert_ablate reproduce` trains them
     again (at `seeds` and every other seed the table folder holds)"""
     out = []
     for t in TABLES.values():
@@ -412,7 +412,7 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
     """What no call of the plan makes: ensembles whose finished members lost their dev predictions, finished runs the registry
     has changed (`_stale_note`: read again, trained again)"""
     return ([f"note: {t_id} / {name}, seed {s}: the dev predictions of its finished members {', '.join(gone)} are gone "
-             "(they are not committed; the ensemble reads them): delete those folders to train them again"
+             "(no prediction files here, nor a pack of them; the ensemble reads them): delete those folders to train them again"
              for t_id, name, s, gone in orphaned(results, scale)]
             + [_stale_note(r, scale) for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 

@@ -123,9 +123,16 @@ def test_figures_and_frontier_from_a_tiny_run(tmp_path):
     assert json.loads((out/"rows"/"17-Ensemble_x3"/"row.json").read_text())["runs"] == ["ensemble"]   # stored relative to the row
     ens = A.row_record(out, A.TABLES["000-T4"], A.TABLES["000-T4"].row("Ensemble x3"))
     assert len(ens["metrics"]) and Path(ens["runs"][0]).joinpath("metrics.json").is_file()
-    # on another machine the members' prediction files are gone (not committed): the ensemble says so instead of scoring less
+    # on another machine only what is committed came: the members' packs of their dev predictions, not the files
+    pal, before = out/"rows"/"14-Finetune_Sentence-BERT_PAL", run.loc["Ensemble x3", "ours Avg"]
+    assert (pal/A.PACK).is_file() and (out.parent/"dev-ids").is_dir()
     shutil.rmtree(out/"rows"/"17-Ensemble_x3")
-    for f in (out/"rows"/"14-Finetune_Sentence-BERT_PAL"/"predictions").glob("*"): f.unlink()
+    for f in (pal/"predictions").glob("*"): f.unlink()
+    df = A.run_table("000-T4", out, "tiny", rows=[17], backbone=tiny, data_dir=str(SAMPLE), progress=False)
+    assert df.set_index("row").loc["Ensemble x3", "ours Avg"] == before      # the same ensemble, from the pack
+    # without the pack either (a run made before runs packed them): the ensemble says so instead of scoring less
+    shutil.rmtree(out/"rows"/"17-Ensemble_x3"); (pal/A.PACK).unlink()
+    for f in (pal/"predictions").glob("*"): f.unlink()
     df = A.run_table("000-T4", out, "tiny", rows=[17], backbone=tiny, data_dir=str(SAMPLE), progress=False)
     st = df.set_index("row").loc["Ensemble x3", "status"]
     assert st.startswith("not run: the dev predictions of members") and "14-Finetune_Sentence-BERT_PAL" in st and "delete" in st, st
