@@ -23,13 +23,13 @@ from .claims import Claim, CLAIMS, differs_text
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'HOLM_UNTESTED', 'EARLIER',
            'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'PRECISION_RESULTS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci',
            'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale',
-           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting', 'by_device',
-           'member_pairs', 'member_text', 'added_seeds', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence',
-           'null_p_value', 'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders',
-           'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts', 'plot_claims', 'compute_text',
-           'selection_text', 'device_text', 'budget_text', 'summary_table', 'readings_text', 'precision_frame',
-           'precision_lines', 'moved_frame', 'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame',
-           'budget_lines', 'write_report']
+           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting',
+           'last_epoch_gains', 'by_device', 'member_pairs', 'member_text', 'added_seeds', 'judge', 'claims_frame',
+           'p_value', 'agreement', 'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed',
+           'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts',
+           'plot_claims', 'compute_text', 'still_moving', 'selection_text', 'moving_text', 'toward', 'device_text',
+           'budget_text', 'summary_table', 'readings_text', 'precision_frame', 'precision_lines', 'moved_frame',
+           'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -162,24 +162,31 @@ def row_runs(table:PaperTable, row:Row, rows_of, scale:str|None=None) -> list:
 def row_value(table:PaperTable, row:Row, rows_of, metric:str, scale:str|None=None, at:str="best"):
     """`row`'s `metric` (in the table's units) from its runs, and those runs; (None, []) if not run (or stale). `at="best"`: each
     run's metrics.json (its best epoch on dev, the weights training keeps); `at="last"`: its last epoch (`last_epoch_metrics`;
-    the value is None where a run's last epoch was not scored on `metric`)"""
+    the value is None where a run's last epoch was not scored on `metric`); `at="before_last"`: the epoch before it"""
     runs = row_runs(table, row, rows_of, scale)
     if not runs: return None, []
-    ms = [_json(r/"metrics.json") if at == "best" else last_epoch_metrics(r) for r in runs]
+    ms = [_json(r/"metrics.json") if at == "best" else last_epoch_metrics(r, back=int(at == "before_last")) for r in runs]
     return (None if any(m is None for m in ms) else our_value(metric, merge_metrics(ms), table.percent)), runs
 
 # %% ../nbs/16d_verdicts.ipynb #b2ff86eb
 _SCORES = ("sst_acc", "cfimdb_acc", "para_acc", "sts_corr")
 
-def last_epoch_metrics(run) -> dict|None:
+def last_epoch_metrics(run, back:int=0) -> dict|None:
     """Run folder `run`'s dev scores at its last epoch (`history.csv`'s last line; a phased run's: its last phase's last epoch),
-    where its metrics.json holds its best epoch's; a run that trained nothing: its metrics.json; None when the last epoch
-    was never scored (an ensemble, a run without a history)"""
+    where its metrics.json holds its best epoch's; `back=1`: the epoch before that one, in the same phase (None where the last
+    phase trained one epoch). A run that trained nothing: its metrics.json; None when the epoch was never scored (an
+    ensemble, a run without a history)"""
     run = Path(run); m = _json(run/"metrics.json")
     if m.get("untrained"): return m
     if "members" in m or not (run/"history.csv").is_file(): return None
-    h = pd.read_csv(run/"history.csv"); last = h.iloc[-1]
-    return {k: float(last[k]) for k in _SCORES if k in h.columns and pd.notna(last[k])}
+    h = pd.read_csv(run/"history.csv")
+    if "phase" in h.columns:                                  # the last phase: the trailing lines of the last line's phase
+        ph = h["phase"].fillna("").astype(str).tolist(); k = len(ph)
+        while k > 0 and ph[k - 1] == ph[-1]: k -= 1
+        h = h.iloc[k:]
+    if len(h) <= back: return None
+    row = h.iloc[-1 - back]
+    return {k: float(row[k]) for k in _SCORES if k in h.columns and pd.notna(row[k])}
 
 # %% ../nbs/16d_verdicts.ipynb #666c6178
 CSV_COLUMNS = ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds", "verdict", "a_runs", "b_runs")
@@ -326,6 +333,22 @@ def _paired(c:Claim, t:PaperTable, info:dict|None, at:str="best") -> tuple:
         ar += ra; br += rb; where.append((s, _seed_device(ra + rb)))
     return diffs, ar, br, where
 
+# %% ../nbs/16d_verdicts.ipynb #57f1140e
+def last_epoch_gains(c:Claim, t:PaperTable, info:dict|None) -> list:
+    """Claim `c`'s sides over each run's last epoch: at each seed of table folder `info` where every row of both sides was scored
+    at its last two epochs (`row_value` at "last" and "before_last"), A's and B's gain in `c.metric` over that epoch (the mean
+    of a side's rows), as (A, B) pairs; the gain of A − B is their difference"""
+    out = []
+    for s, rows_of in sorted((info or {}).get("seeds", {}).items(), key=lambda x: str(x[0])):
+        g = []
+        for side in (c.a, c.b):
+            now, before = ([row_value(t, t.row(n), rows_of, c.metric, _checked(info), at)[0] for n in side] for at in ("last", "before_last"))
+            if None in now + before: break
+            g.append(float(np.mean(now) - np.mean(before)))
+        else: out.append(tuple(g))
+    return out
+
+
 # %% ../nbs/16d_verdicts.ipynb #7d020c58
 def by_device(diffs, where, sign:int, percent:bool=False, margin:float|None=None, within:float|None=None) -> tuple:
     """Where a claim's seeds trained on more than one device (each seed's rows on one): its difference, interval and verdict read
@@ -379,11 +402,14 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
     """One line of claims.csv for claim `c` from the table folders `found` (`table_folders`); run paths relative to `root`;
     `setting`: the table's `table_setting`, when the caller has it already. Where some of its seeds were added later
     (`added_seeds`: `seeds_added`), the reading at the others (`first_diff`, `first_low`, `first_high`, `first_seeds`,
-    `first_verdict`) stays beside it: seeds added to a claim because it was close to a decision favour a decision"""
+    `first_verdict`) stays beside it: seeds added to a claim because it was close to a decision favour a decision. `last_gain_a`,
+    `last_gain_b`: each side's gain over its runs' last epoch (`last_epoch_gains`, mean over `gain_seeds` seeds); `moved`,
+    `moved_low`, `moved_high`: the gain of A − B in that epoch and its 95% interval"""
     t, info = TABLES[c.table], pick_folder(found.get(c.table, []), scale)
     diffs, ar, br, where = _paired(c, t, info)
     m, lo, hi = paired_ci(diffs)
     last = _paired(c, t, info, "last")[0]; lm, llo, lhi = paired_ci(last)     # the same runs at their last epoch
+    gains = last_epoch_gains(c, t, info)                                     # and what each side gained in that epoch
     rel = lambda rs: ";".join(os.path.relpath(r, root) for r in dict.fromkeys(rs))
     waiting = _waiting(c, t, (info or {}).get("seeds", {}), _checked(info)) if len(diffs) < MIN_SEEDS else ""
     extra = added_seeds(t, info)                                         # seeds added for power, or spare: the reading without them too
@@ -398,7 +424,10 @@ def judge(c:Claim, found:dict, root=".", scale:str|None=None, setting:str|None=N
                 diffs=list(diffs), seed_ids=[s for s, _ in where], settings=("earlier" if info.get("earlier") else "paper") if info and diffs else "",
                 members=member_text(c, t, info), seeds_added=";".join(str(s) for s, _ in where if s in extra),
                 **dict(zip(("first_diff", "first_low", "first_high"), paired_ci(first))), first_seeds=len(first),
-                first_verdict=claim_verdict(first, c.sign, c.margin, c.within) if first else "")
+                first_verdict=claim_verdict(first, c.sign, c.margin, c.within) if first else "",
+                last_gain_a=float(np.mean([a for a, _ in gains])) if gains else math.nan,
+                last_gain_b=float(np.mean([b for _, b in gains])) if gains else math.nan, gain_seeds=len(gains),
+                **dict(zip(("moved", "moved_low", "moved_high"), paired_ci([a - b for a, b in gains]))))
 
 def claims_frame(results, root=".", scale:str|None=None, claims=None) -> pd.DataFrame:
     """Every claim's line (CSV_COLUMNS, then text, section, waiting, note, differs, setting, sign, scale, folder, and the same
@@ -494,12 +523,13 @@ def seeds_needed(diffs, level:float=0.95, cap:int=100, margin:float|None=None, w
     return float(next((n for n in range(2, cap + 1) if ok(n)), cap + 1))
 
 # %% ../nbs/16d_verdicts.ipynb #ff3f62e2
-EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs", "seeds_added")
+EXTRA_COLUMNS = ("settings", "agreement", "equivalence", "p_value", "holm_verdict", "members", "seeds_needed", "seed_diffs", "seeds_added",
+                 "last_gain_a", "last_gain_b", "moved_low", "moved_high")
 
 HOLM_UNTESTED = ("not run", f"not tested (fewer than {MIN_SEEDS} seeds)")   # Holm's column where a claim has no p-value
 
 def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
-    "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings`, `members` and `seeds_added` come from `judge`)"
+    "`df` (`claims_frame`) with the columns of EXTRA_COLUMNS that follow from its differences (`settings`, `members`, `seeds_added` and the last-epoch gains come from `judge`)"
     claims = claims or CLAIMS
     df = df.copy()
     cs = [claims[c] for c in df["claim"]]
@@ -632,6 +662,15 @@ def compute_text(runs) -> str:
             + (f", {c['other']} not trained (ensembles of members' predictions, untrained scores)" if c["other"] else ""))
 
 # %% ../nbs/16d_verdicts.ipynb #24571849
+def still_moving(r) -> bool:
+    """Whether claim line `r`'s A − B was still moving at the end of its budget: over its runs' last epoch it moved (`moved`:
+    the gain of A − B) the same way at every seed, as far as an interval can tell (`moved_low`..`moved_high` excludes zero),
+    and by more than half of our difference. One more epoch at that pace would change the difference by half or more: a
+    longer budget could move the verdict. Epoch-to-epoch noise alone rarely passes both"""
+    g = r.get("gain_seeds")                                   # `r`: a line of claims_frame (a Series) or a dict
+    return (isinstance(g, (int, float, np.number)) and g > 1 and (r["moved_low"] > 0 or r["moved_high"] < 0)
+            and abs(r["moved"]) > abs(r["ours_diff"]) / 2)
+
 def selection_text(df:pd.DataFrame) -> str:
     "The report's paragraph on selection on dev: how many verdicts hold when every run is read at its last epoch, and which change"
     run = df[df["verdict"] != "not run"]; read = run[run["last_seeds"] > 0]
@@ -642,7 +681,23 @@ def selection_text(df:pd.DataFrame) -> str:
             + ("".join(f"; {r.claim}: {r.verdict} → **{r.last_verdict}** ({_f(r.last_diff, p := TABLES[r.table].percent)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}]"
                        + (f", {r.last_seeds} seeds" if r.last_seeds != r.seeds else "") + ")" for r in moved.itertuples()))
             + (f". {_n(len(run) - len(read), 'claim')} cannot be read so: ensembles (their members' predictions are best-epoch ones) and scores of "
-               "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else "."))
+               "tasks a run did not train (scored at its best epoch only)." if len(run) > len(read) else ".")
+            + moving_text(run))
+
+def moving_text(df:pd.DataFrame) -> str:
+    "The report's sentence on the claims whose A − B still moved by more than half of itself over the runs' last epoch (`still_moving`)"
+    if "gain_seeds" not in df: return ""
+    read = df[df["gain_seeds"].fillna(0) > 1]; mov = [r for _, r in read.iterrows() if still_moving(r)]
+    if not len(read): return ""
+    return (f" Still moving when the budget ran out (over each run's last epoch A − B moved the same way at every seed, by more than "
+            f"half of our difference): {len(mov)} of the {len(read)} claims whose rows were scored at their last two epochs"
+            + (", where a longer budget may move the verdict: " + "; ".join(
+            f"{r['claim']} ({_f(r['ours_diff'], p := TABLES[r['table']].percent)}, moved {_f(r['moved'], p)} [{_f(r['moved_low'], p)}, "
+            f"{_f(r['moved_high'], p)}] {toward(r)})" for r in mov) if mov else "") + ".")
+
+def toward(r) -> str:
+    "Which way claim line `r`'s A − B moved over the last epoch: 'towards zero' (or past it), or 'away from zero'"
+    return "towards zero" if np.sign(r["moved"]) != np.sign(r["ours_diff"]) else "away from zero"
 
 # %% ../nbs/16d_verdicts.ipynb #5a8507cd
 def device_text(df:pd.DataFrame) -> str:
@@ -765,6 +820,10 @@ def _claim_lines(r, p:bool, root=".") -> list:
                                                        "only its best epoch was scored)")
     elif r.get("last_seeds"): out.append(f"- at each run's last epoch: {_f(r.last_diff, p)} [{_f(r.last_low, p)}, {_f(r.last_high, p)}] over {_n(r.last_seeds, 'seed')}, "
                                          f"{r.last_verdict}" + (f" (best epoch: {r.verdict})" if r.last_verdict != r.verdict else ""))
+    if isinstance(g := r.get("gain_seeds"), (int, float, np.number)) and g > 0:
+        out.append(f"- over each run's last epoch (mean over {_n(int(g), 'seed')}): A {_f(r.last_gain_a, p)}, B {_f(r.last_gain_b, p)}; "
+                   f"A − B moved {_f(r.moved, p)} [{_f(r.moved_low, p)}, {_f(r.moved_high, p)}]"
+                   + (f", {toward(r)}: still moving when the budget ran out, a longer budget may move this verdict" if still_moving(r) else ""))
     if r.get("by_device"): out.append(f"- by device, each on its own seeds: {r.by_device}")
     if r.get("waiting"):
         at = " at its paper's settings" if r.get("settings") == "earlier" else ""

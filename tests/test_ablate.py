@@ -189,7 +189,8 @@ def test_report_verdicts_from_fabricated_run_folders(tmp_path, monkeypatch):
     csv = pd.read_csv("results/reproduction/claims.csv")
     assert tuple(csv.columns) == ("claim", "table", "metric", "a_rows", "b_rows", "paper_diff", "ours_diff", "ci_low", "ci_high", "seeds",
                                   "verdict", "a_runs", "b_runs", "settings", "agreement", "equivalence", "p_value", "holm_verdict", "members",
-                                  "seeds_needed", "seed_diffs", "seeds_added")   # the 13 columns first, the readings after them
+                                  "seeds_needed", "seed_diffs", "seeds_added", "last_gain_a", "last_gain_b",
+                                  "moved_low", "moved_high")   # the 13 columns first, the readings after them
     got = csv.set_index("claim")
     h = 4.302653 * 0.04 / 3 ** 0.5                                         # t(0.975, 2) * sd / sqrt(3); diffs 0.10, 0.14, 0.18
     r = got.loc["003-T2-cosine-sts"]
