@@ -955,8 +955,10 @@ def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bou
     (twice the report's budget) under `results`; `budget` is 'budget-dependent' when that verdict differs, 'holds at twice the
     budget' when it is the same, 'not run at twice the budget' with fewer than MIN_SEEDS seeds there, and not compared where the
     verdict rests on runs of an earlier registry (`settings` = earlier: the settings would change with the budget); `cost`: what the claim's
-    runs took a run at the report's scale, per device, and `where` its runs at twice the budget belong (a CPU run over `bound` minutes: a GPU)"""
-    cols = ["claim", "verdict", "settings", "verdict_2x", "ours_2x", "seeds_2x", "budget", "cost", "where"]
+    runs took a run at the report's scale, per device, and `where` its runs at twice the budget belong (a CPU run over `bound` minutes: a GPU);
+    `moving`: whether its A − B was still moving when the report's budget ran out (`still_moving`, `toward`; 'not read' without
+    the runs' last two epochs at two seeds or more): the claims a longer budget is likeliest to move"""
+    cols = ["claim", "verdict", "settings", "moving", "verdict_2x", "ours_2x", "seeds_2x", "budget", "cost", "where"]
     con = df[df["verdict"].astype(str).str.startswith("contradicted")]
     if con.empty: return pd.DataFrame(columns=cols)
     twice = claims_frame(results, root, scale, {c: CLAIMS[c] for c in con["claim"]}).set_index("claim")
@@ -968,7 +970,9 @@ def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bou
                  "holds at twice the budget" if base(t["verdict"]) == base(r["verdict"]) else "budget-dependent")
         runs = [p for k in ("a_runs", "b_runs") for p in str(r.get(k) or "").split(";") if p and p != "nan"]
         cost, where = _budget_cost(run_minutes(runs, root), bound)
-        rows.append(dict(claim=r["claim"], verdict=r["verdict"], settings=r.get("settings", ""), verdict_2x=t["verdict"] if n else "",
+        g = r.get("gain_seeds"); read = isinstance(g, (int, float, np.number)) and g > 1
+        moving = toward(r) if read and still_moving(r) else "no" if read else "not read"
+        rows.append(dict(claim=r["claim"], verdict=r["verdict"], settings=r.get("settings", ""), moving=moving, verdict_2x=t["verdict"] if n else "",
                          ours_2x=(f"{t['ours_diff']:+.4g} [{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if n >= 2 else ""),
                          seeds_2x=n, budget=label, cost=cost, where=where))
     return pd.DataFrame(rows, columns=cols)
@@ -980,13 +984,15 @@ def budget_lines(bq:pd.DataFrame) -> list:
     out = [f"Budget question: each contradicted claim again at twice the budget (scale {BUDGET_SCALE}: {ex:,} examples, all else as "
            "short). A verdict that changes there is budget-dependent. `minbert_ablate reproduce --budget` runs what it needs "
            f"(`minbert_ablate plan --budget` lists it); runs over {BUDGET_CPU_MINUTES} minutes at twice the budget on 2 CPU cores are for a GPU. "
-           "A verdict that rests on earlier settings is compared once its rows have run at their papers' settings.", "",
-           "| claim | verdict | at twice the budget | seeds | reading | its runs at the report's scale | twice the budget on |",
-           "|---|---|---|---|---|---|---|"]
+           "A verdict that rests on earlier settings is compared once its rows have run at their papers' settings. Still moving at the "
+           "budget's end: A − B moved the same way at every seed over the runs' last epoch, by more than half of itself (towards zero, or "
+           "away from it): the claims a longer budget is likeliest to move.", "",
+           "| claim | verdict | still moving at the budget's end | at twice the budget | seeds | reading | its runs at the report's scale | twice the budget on |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in bq.itertuples():
         at2 = f"{r.verdict_2x} {r.ours_2x}".strip() if r.seeds_2x else "–"
         v = r.verdict + (" (earlier settings)" if r.settings == "earlier" else "")
-        out.append(f"| {r.claim} | {v} | {at2} | {r.seeds_2x} | {r.budget} | {r.cost} | {r.where} |")
+        out.append(f"| {r.claim} | {v} | {r.moving} | {at2} | {r.seeds_2x} | {r.budget} | {r.cost} | {r.where} |")
     return out + [""]
 
 # %% ../nbs/16d_verdicts.ipynb #534cb480
