@@ -22,7 +22,7 @@ from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbo
 from .multitask import MultitaskBert
 from .evaluate import prediction_path, raw_path
 from .config import TrainConfig
-from .checkpoint import write_json, atomic_write_text, GracefulStop, TrainingInterrupted
+from .checkpoint import write_json, atomic_write_text, atomic_write_bytes, GracefulStop, TrainingInterrupted
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
 from .train import load_run, score_dev, amp_dtype, precision_name
 from .phases import run_training, phase_configs, copy_phase
@@ -32,10 +32,11 @@ from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
 __all__ = ['PACK', 'slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
-           'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'dev_predictions_here', 'twin_run',
-           'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only', 'read_by_ensemble', 'run_row',
-           'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing', 'run_precisions',
-           'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes', 'row_progress', 'run_table']
+           'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'dev_predictions_here',
+           'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
+           'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
+           'run_precisions', 'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes',
+           'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -139,9 +140,6 @@ def has_dev_predictions(run) -> bool:
 
 def _gz(text:str) -> bytes: return gzip.compress(text.encode("utf-8"), mtime=0)   # the same text, the same bytes
 
-def _write_bytes(data:bytes, path:Path) -> Path:
-    "Write `data` to `path` whole or not at all (a temporary file, then renamed)"
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}"); tmp.write_bytes(data); os.replace(tmp, path); return path
 
 def pack_dev_predictions(run, root) -> Path:
     """Pack the dev prediction files of run folder `run` into `run/dev-predictions.json.gz`, small enough to commit: each file
@@ -159,9 +157,9 @@ def pack_dev_predictions(run, root) -> Path:
         text = "\n".join(ids)
         name = f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.txt.gz"
         if not (root/"dev-ids"/name).is_file():
-            (root/"dev-ids").mkdir(parents=True, exist_ok=True); _write_bytes(_gz(text), root/"dev-ids"/name)
+            (root/"dev-ids").mkdir(parents=True, exist_ok=True); atomic_write_bytes(root/"dev-ids"/name, _gz(text))
         files[f.name] = dict(ids=name, header=head, rest=[l[len(i):] for l, i in zip(lines, ids)])
-    _write_bytes(_gz(json.dumps(dict(format=1, files=files))), run/PACK)
+    atomic_write_bytes(run/PACK, _gz(json.dumps(dict(format=1, files=files))))
     return run/PACK
 
 def unpack_dev_predictions(run) -> list:
@@ -189,16 +187,22 @@ def dev_predictions_here(run) -> bool:
     return has_dev_predictions(run)
 
 # %% ../nbs/16b_ablate.ipynb #b58a1f13
+def table_base(folder) -> tuple|None:
+    """Where row folder `folder` (`BASE/TABLE[/seed-K]/rows/ROW[/PART]`) lies: (`BASE/TABLE`, 'seed-K' or ''), from the nearest
+    `rows` above it; None outside a table folder"""
+    parts = Path(folder).parts
+    if "rows" not in parts: return None
+    i = len(parts) - 1 - parts[::-1].index("rows")
+    table_dir = Path(*parts[:i])
+    return (table_dir.parent, table_dir.name) if table_dir.name.startswith("seed-") else (table_dir, "")
+
 def twin_run(cfg:dict, folder, predictions:bool=False) -> Path|None:
     """A finished run of configuration `cfg` in the table folder `folder` belongs to or one beside it (`folder` =
     `BASE/TABLE[/seed-K]/rows/ROW[/PART]`; twins are `BASE/ANY[/seed-K]/rows/ROW[/partN-...]`): every TrainConfig field the
     same (the seed included), trained (not scored untrained, no extra `eval_tasks` scores), on the same kind of device, from
     files in the same data folder, with its dev predictions when `predictions` (an ensemble member); or None"""
-    parts = Path(folder).resolve().parts
-    if "rows" not in parts: return None
-    i = len(parts) - 1 - parts[::-1].index("rows")
-    table_dir = Path(*parts[:i])
-    base, sub = (table_dir.parent, table_dir.name) if table_dir.name.startswith("seed-") else (table_dir, "")
+    if (where := table_base(Path(folder).resolve())) is None: return None
+    base, sub = where
     if not base.parent.is_dir(): return None
     try: want, data = config_key(cfg), find_data_dir(cfg.get("data_dir")).resolve()
     except (DataError, FileNotFoundError): return None
@@ -367,11 +371,7 @@ def read_by_ensemble(table:PaperTable, row:Row, scale:str, **overrides) -> bool:
 
 def _ids_root(folder) -> Path:
     "Where the runs of row folder `folder` (`BASE/TABLE[/seed-K]/rows/ROW`) keep their dev ids: BASE, beside the table folders"
-    p = Path(folder)
-    while p.name != "rows" and p != p.parent: p = p.parent
-    if p.name != "rows": return Path(folder).parent
-    t = p.parent.parent if p.parent.name.startswith("seed-") else p.parent
-    return t.parent
+    return Path(folder).parent if (where := table_base(folder)) is None else where[0].parent
 
 # %% ../nbs/16b_ablate.ipynb #edce74a7
 def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_checkpoints:bool, **overrides) -> dict:

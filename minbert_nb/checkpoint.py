@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'atomic_save', 'atomic_write_text', 'portable_paths', 'write_json',
-           'UnsafeCheckpointError', 'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop',
+__all__ = ['RESUME_FREE_FIELDS', 'to_plain', 'atomic_save', 'atomic_write_bytes', 'atomic_write_text', 'portable_paths',
+           'write_json', 'UnsafeCheckpointError', 'load_checkpoint', 'rng_state', 'set_rng_state', 'GracefulStop',
            'TrainingInterrupted', 'config_diff', 'check_resume_compatible']
 
 # %% ../nbs/08a_checkpoint.ipynb #eede3715
@@ -68,17 +68,21 @@ def atomic_save(obj, path) -> Path:
     except OSError: pass            # some file systems cannot fsync a folder
     return path
 
-def atomic_write_text(path, text:str) -> Path:
-    "Write `text` to `path` atomically (temporary file, fsync, rename): run files are never half-written"
+def atomic_write_bytes(path, data:bytes) -> Path:
+    "Write `data` to `path` atomically (temporary file, fsync, rename): run files are never half-written"
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w") as f: f.write(text); f.flush(); _fsync(f.fileno())
+        with open(tmp, "wb") as f: f.write(data); f.flush(); _fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e: raise _write_failed(path, e) from None
     finally:
         if tmp.exists() or tmp.is_symlink(): tmp.unlink()
     return path
+
+def atomic_write_text(path, text:str) -> Path:
+    "Write `text` to `path` as UTF-8, atomically (`atomic_write_bytes`): a run's config, metrics and records"
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 # %% ../nbs/08a_checkpoint.ipynb #6a1ebcb7
 def portable_paths(obj, root=None):
