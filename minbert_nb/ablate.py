@@ -140,7 +140,6 @@ def has_dev_predictions(run) -> bool:
 
 def _gz(text:str) -> bytes: return gzip.compress(text.encode("utf-8"), mtime=0)   # the same text, the same bytes
 
-
 def pack_dev_predictions(run, root) -> Path:
     """Pack the dev prediction files of run folder `run` into `run/dev-predictions.json.gz`, small enough to commit: each file
     without its id column, since a dev set's ids are the same in every run: they are kept once, in `root/dev-ids/`, named by
@@ -157,7 +156,7 @@ def pack_dev_predictions(run, root) -> Path:
         text = "\n".join(ids)
         name = f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.txt.gz"
         if not (root/"dev-ids"/name).is_file():
-            (root/"dev-ids").mkdir(parents=True, exist_ok=True); atomic_write_bytes(root/"dev-ids"/name, _gz(text))
+            atomic_write_bytes(root/"dev-ids"/name, _gz(text))   # (it makes dev-ids/ where it is missing)
         files[f.name] = dict(ids=name, header=head, rest=[l[len(i):] for l, i in zip(lines, ids)])
     atomic_write_bytes(run/PACK, _gz(json.dumps(dict(format=1, files=files))))
     return run/PACK
@@ -515,6 +514,9 @@ def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
                f"this CPU {'has' if cpu_has_native_bf16() else 'has no'} native bf16") if device == "cpu" else device
         b = 1 if 'bfloat16' in other else 0
         fix = (f"give `minbert_ablate table` --cpu_bf16 {b} (or set MINBERT_CPU_BF16={b}) to train as they did" if device == "cpu" else "train where they did")
+        if device == "cpu" and b and not cpu_has_native_bf16():     # bf16 here is a choice that takes many times longer: say so
+            fix += (" (this CPU has no native bf16, so in bf16 it trains many times slower than where they ran: a CPU with AVX-512 BF16 "
+                    "or AMX, or a GPU, trains them at their pace)")
         raise ValueError(f"{folder} holds runs trained in {', '.join(sorted(other))} on the {device}; here `amp auto` trains in {here} ({why}). "
                          f"The rows that a claim compares must not mix precisions within a seed: {fix}, or give another --out.")
 

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe
+from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe, cpu_has_native_bf16
 from .data import DataError
 from .config import TrainConfig
 from .checkpoint import write_json
@@ -417,18 +417,22 @@ def _plan_notes(plan:pd.DataFrame, results, scale:str) -> list:
             + [_stale_note(r, scale) for _, r in plan[plan["stale"].map(len) > 0].iterrows()])
 
 # %% ../nbs/16e_reproduce.ipynb #11c1e73c
-def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS) -> list:
+def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|None=None, earlier:str|None=EARLIER_RESULTS,
+               native:bool|None=None) -> list:
     """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
     `row_minutes` on the call's device under `results`, else under `earlier` (marked *), of the seeds that trained in the call's
     precision where any did (else of all, and the line says how many rows were timed so), less the share a stopped run of
     the row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing. A row
     timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways;
-    a row timed neither here nor earlier is timed by the rows built like it but for real-valued settings (`alike_rows`)"""
-    here, lines, total, star, never = here_device(device), [], {}, False, 0
+    a row timed neither here nor earlier is timed by the rows built like it but for real-valued settings (`alike_rows`).
+    A last line warns where calls train in bf16 on the CPU and this CPU has no native bf16 (`native`: default, whether it has,
+    `cpu_has_native_bf16`): their times come from runs that trained at a CPU's bf16 pace, many times what they train at here"""
+    here, lines, total, star, never, slow = here_device(device), [], {}, False, 0, []
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
         prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
+        if prec == "bfloat16" and dev == "cpu": slow.append(f"{t_id} seed {s}")
         mins, timed, old, untimed, free, alien, scaled, alike = 0.0, 0, 0, 0, 0, 0, {}, 0
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
@@ -451,7 +455,15 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
     head = ("time, from the wall time of the same rows' finished runs (the median of their seeds, as they ran, most two at a time"
             + ("; * from their runs at the earlier settings" if star else "") + "):")
     return [head, *lines, "  in all: " + ", ".join(f"about {m / 60:.1f} h on {d}" for d, m in total.items())
-            + (f", and {never} row run(s) never timed on their device" if never else "")]
+            + (f", and {never} row run(s) never timed on their device" if never else "")] + _slow_bf16_line(slow, native)
+
+def _slow_bf16_line(calls:list, native:bool|None=None) -> list:
+    "The warning `plan_times` ends with where `calls` (their names) train in bf16 on this CPU and it has no native bf16 (`native`)"
+    if not calls or (cpu_has_native_bf16() if native is None else native): return []
+    return [f"  warning: {', '.join(calls)} train in bf16 (--cpu_bf16 1, as their seeds' finished rows did), and this CPU has no "
+            "native bf16 (neither AVX-512 BF16 nor AMX): its bf16 matrix products run in generic loops, many times "
+            "slower than the times above, which runs at a CPU's bf16 pace took. Run them on a CPU with AVX-512 BF16 or AMX, or on a GPU "
+            "(a seed's rows keep one precision: fp32 here means another --out)"]
 
 # %% ../nbs/16e_reproduce.ipynb #e2d7695c
 def _chains_hint(calls:list) -> str:

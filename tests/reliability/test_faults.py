@@ -1,5 +1,6 @@
 """Faults a long run must survive: SIGKILL then --resume (bit-identical), SIGINT, non-finite numbers, bad configs and files"""
 import json, os, signal, subprocess, sys, time
+from contextlib import contextmanager
 from pathlib import Path
 import pytest, torch
 from minbert_nb.config import TrainConfig, preset_config, config_from_args
@@ -33,6 +34,13 @@ def _here(args, capsys=None):
     r = run_command(minbert_train, *args)
     return r.returncode, r.stdout + r.stderr
 
+@contextmanager
+def _threads(n:int):
+    "Run this process's torch ops on `n` threads (as ENV gives the subprocesses): sums over another thread count round differently"
+    was = torch.get_num_threads(); torch.set_num_threads(n)
+    try: yield
+    finally: torch.set_num_threads(was)
+
 def _wait_for_checkpoint(run, proc, min_step, timeout=TIMEOUT):
     "Poll last.pt until it holds at least `min_step` optimizer steps (it is written atomically, so reading is safe)"
     t = time.time()
@@ -56,7 +64,8 @@ MORE_DATA = ["--sst_phrases", "true", "--phrase_min_tokens", "3", "--phrases_per
              "--pair_modes", '{"para": "cross", "sts": "both"}', "--pair_swap", "true", "--ema", "0.99"]
 
 def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data, capsys):
-    rc, out = _here(_args(tmp_path / "ref", small_data) + MORE_DATA, capsys)             # the reference, uninterrupted
+    with _threads(int(ENV["OMP_NUM_THREADS"])):                                            # the reference, uninterrupted,
+        rc, out = _here(_args(tmp_path / "ref", small_data) + MORE_DATA, capsys)          # on the killed run's thread count
     assert rc == 0, out
     run = tmp_path / "killed"
     p = _cli(_args(run, small_data) + MORE_DATA)
@@ -64,7 +73,7 @@ def test_sigkill_then_resume_is_bit_identical(tmp_path, small_data, capsys):
     p.send_signal(signal.SIGKILL); p.wait()
     assert p.returncode == -signal.SIGKILL and not (run / "metrics.json").exists()
     assert st["epoch"] == 1 and 0 < st["i"] < 10, st          # killed mid-epoch
-    rc, out = _here(["--resume", str(run)], capsys)
+    with _threads(int(ENV["OMP_NUM_THREADS"])): rc, out = _here(["--resume", str(run)], capsys)
     assert rc == 0, out
     assert "resuming" in out
     for f in ("last.pt", "best.pt"):
