@@ -599,6 +599,7 @@ def _metrics(self:Run) -> dict:
              para_logit_bias=self.bias, para_train_prior=self.train_prior, para_prior=cfg.para_prior, skipped_rows=self.skipped,
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=precision_name(self.amp_dtype),
+             cpu_native_bf16=cpu_has_native_bf16() if self.device.type == "cpu" else None,   # bf16's pace on a CPU: many times apart
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, pack_multiple=self.model.bert.pack_multiple if self.model.bert.unpad and self.device.type == "cpu" else None, malloc=cpu_malloc(), sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
