@@ -432,7 +432,7 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
         prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
-        if prec == "bfloat16" and dev == "cpu": slow.append(f"{t_id} seed {s}")
+        if prec == "bfloat16" and dev == "cpu": slow.append((f"{t_id} seed {s}", "--cpu_bf16" in c))
         mins, timed, old, untimed, free, alien, scaled, alike = 0.0, 0, 0, 0, 0, 0, {}, 0
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
@@ -458,9 +458,13 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
             + (f", and {never} row run(s) never timed on their device" if never else "")] + _slow_bf16_line(slow, native)
 
 def _slow_bf16_line(calls:list, native:bool|None=None) -> list:
-    "The warning `plan_times` ends with where `calls` (their names) train in bf16 on this CPU and it has no native bf16 (`native`)"
+    """The warning `plan_times` ends with where `calls` train in bf16 on this CPU and it has no native bf16 (`native`). `calls`:
+    (name, whether the call asks for bf16 with `--cpu_bf16 1`; else `MINBERT_CPU_BF16=1` in the environment made `amp auto` bf16)"""
     if not calls or (cpu_has_native_bf16() if native is None else native): return []
-    return [f"  warning: {', '.join(calls)} train in bf16 (--cpu_bf16 1, as their seeds' finished rows did), and this CPU has no "
+    flag, env = [n for n, f in calls if f], [n for n, f in calls if not f]
+    why = "; ".join(([f"{', '.join(flag)} by --cpu_bf16 1, as their seeds' finished rows did"] if flag else [])
+                    + ([f"{', '.join(env)} by MINBERT_CPU_BF16=1 in the environment"] if env else []))
+    return [f"  warning: calls train in bf16 ({why}), and this CPU has no "
             "native bf16 (neither AVX-512 BF16 nor AMX): its bf16 matrix products run in generic loops, many times "
             "slower than the times above, which runs at a CPU's bf16 pace took. Run them on a CPU with AVX-512 BF16 or AMX, or on a GPU "
             "(a seed's rows keep one precision: fp32 here means another --out)"]
