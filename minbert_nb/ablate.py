@@ -534,7 +534,9 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
     `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
     ensemble, which took seconds, are left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
     that trained in it count where any did (a CPU with native bf16 trains about twice as fast as one without trains fp32:
-    the two do not time each other), else every seed does, unless `strict`; a seed whose metrics.json names none counts in either"""
+    the two do not time each other), else every seed does, unless `strict`; a seed whose metrics.json names none counts in either.
+    A CPU run in bf16 on a CPU without native bf16 (metrics.json's `cpu_native_bf16` false) ran several times slower again:
+    it times a bf16 call only where no seed ran at a native pace (with `strict`, never)"""
     out = []
     for f in sorted(Path(root).glob("seed-*")) or [Path(root)]:
         rec = row_record(f, table, row)
@@ -542,7 +544,8 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
         ms = [json.loads((Path(r)/"metrics.json").read_text()) for r in rec["runs"] if (Path(r)/"metrics.json").is_file()]
         if (len(ms) == len(rec["runs"]) and not any("copied_from" in m for m in ms)
                 and all(device_type(m) == device and m.get("wall_time_s") for m in ms)):
-            out.append((ms[0].get("amp"), sum(m["wall_time_s"] for m in ms) / 60))
+            slow = ms[0].get("amp") == "bfloat16" and device == "cpu" and ms[0].get("cpu_native_bf16") is False
+            out.append(("bfloat16 without native bf16" if slow else ms[0].get("amp"), sum(m["wall_time_s"] for m in ms) / 60))
     same = [m for a, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
     return same if same or strict else [m for _, m in out]
 
