@@ -20,7 +20,7 @@ from .run_data import run_files
 from .fetch import ensure_data
 from .pretrained import CheckpointError, resolve_checkpoint, is_embedded, backbone_name
 from .multitask import MultitaskBert
-from .evaluate import prediction_path, raw_path
+from .evaluate import prediction_path, raw_path, PACK, pack_of, pack_predictions, unpack_predictions, has_prediction
 from .config import TrainConfig
 from .checkpoint import write_json, atomic_write_text, atomic_write_bytes, GracefulStop, TrainingInterrupted
 from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new_folder
@@ -31,7 +31,7 @@ from .tables import SCALES, TABLES, PaperTable, Row, row_configs
 from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
-__all__ = ['PACK', 'slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
+__all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
            'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'dev_predictions_here',
            'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
@@ -113,71 +113,31 @@ def _files_under(m:dict, folder:Path) -> bool:
     return bool(files) and all(Path(f).resolve().is_relative_to(folder) for f in files)
 
 _SCORED = TASK_METRIC   # each task and its score key (declared tasks too)
-PACK = "dev-predictions.json.gz"   # a run's dev predictions, packed to be committed (`pack_dev_predictions`)
 
 def _dev_files(run:Path) -> list:
     "The dev prediction files (outputs and raw) of every task run folder `run` scored (its metrics.json)"
     m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
     return [f(run, t, "dev") for t, k in _SCORED.items() if k in m for f in (prediction_path, raw_path)]
 
-def _pack_of(run:Path) -> Path|None:
-    "`run`'s pack; for a copy of a twin's run (`copied_from` in its metrics.json), the pack of the run it was copied from"
-    if (run/PACK).is_file(): return run/PACK
-    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
-    src = m.get("copied_from")
-    return next((d/src/PACK for d in Path(run).resolve().parents if src and (d/src/PACK).is_file()), None)
-
-def _packed_names(pack:Path) -> set: return set(json.loads(gzip.decompress(pack.read_bytes()))["files"])
-
 def has_dev_predictions(run) -> bool:
-    """Whether run folder `run` holds the dev prediction files (outputs and raw) of every task it scored, or a pack of them
-    (its own, or that of the run it was copied from): an ensemble reads them"""
-    run = Path(run); files = _dev_files(run)
-    if not files: return False
-    if all(plain_or_gz(f).is_file() for f in files): return True
-    pack = _pack_of(run)
-    return pack is not None and {f.name for f in files} <= _packed_names(pack)
-
-def _gz(text:str) -> bytes: return gzip.compress(text.encode("utf-8"), mtime=0)   # the same text, the same bytes
+    """Whether run folder `run` holds the dev prediction files (outputs and raw) of every task it scored, as files or packed
+    (its own pack, or that of the run it was copied from: `has_prediction`): an ensemble reads them"""
+    files = _dev_files(Path(run))
+    return bool(files) and all(has_prediction(f) for f in files)
 
 def pack_dev_predictions(run, root) -> Path:
-    """Pack the dev prediction files of run folder `run` into `run/dev-predictions.json.gz`, small enough to commit: each file
-    without its id column, since a dev set's ids are the same in every run: they are kept once, in `root/dev-ids/`, named by
-    their hash. `unpack_dev_predictions` writes the files back, byte for byte"""
-    run, root, files = Path(run), Path(root), {}
-    want = _dev_files(run)
+    """Pack the dev prediction files (outputs and raw) of every task run folder `run` scored into `run/dev-predictions.json.gz`,
+    small enough to commit (`pack_predictions`: the ids once, in the nearest `dev-ids/` at or above `root` that has them)"""
+    run = Path(run); want = _dev_files(run)
     missing = [f.name for f in want if not plain_or_gz(f).is_file()]
     if not want or missing:
         raise FileNotFoundError(f"{run}: no dev prediction files to pack ({', '.join(missing) or 'it scored no task'} missing in "
                                 f"{run/'predictions'}); they are written when a run finishes, and stay on the machine it trained on.")
-    for f in want:
-        head, *lines = read_bytes(f).decode("utf-8").split("\n")
-        ids = [l.split(",", 1)[0].rstrip() for l in lines]          # 'ID , pred ' (outputs) and 'ID,raw...' (raw): the id, then the rest
-        text = "\n".join(ids)
-        name = f"{hashlib.sha1(text.encode()).hexdigest()[:16]}.txt.gz"
-        if not (root/"dev-ids"/name).is_file():
-            atomic_write_bytes(root/"dev-ids"/name, _gz(text))   # (it makes dev-ids/ where it is missing)
-        files[f.name] = dict(ids=name, header=head, rest=[l[len(i):] for l, i in zip(lines, ids)])
-    atomic_write_bytes(run/PACK, _gz(json.dumps(dict(format=1, files=files))))
-    return run/PACK
+    return pack_predictions(run, want, root)
 
 def unpack_dev_predictions(run) -> list:
-    """Write the dev prediction files of run folder `run`'s pack (`_pack_of`) back into `run/predictions/`: those missing (none
-    is overwritten), the ids from the `dev-ids/` folder nearest above the pack; returns the files written"""
-    run = Path(run); pack = _pack_of(run)
-    if pack is None: raise FileNotFoundError(f"{run}: no {PACK} (nor one in the run it was copied from) to unpack.")
-    done = []
-    for name, f in json.loads(gzip.decompress(pack.read_bytes()))["files"].items():
-        dest = run/"predictions"/name
-        if plain_or_gz(dest).is_file(): continue
-        idf = next((d/"dev-ids"/f["ids"] for d in pack.resolve().parents if (d/"dev-ids"/f["ids"]).is_file()), None)
-        if idf is None: raise FileNotFoundError(f"{pack}: its {name} needs the dev ids dev-ids/{f['ids']}, found in no folder above it; "
-                                                "they are committed beside the table folders (git checkout them), else train the run again.")
-        ids = gzip.decompress(idf.read_bytes()).decode("utf-8").split("\n")
-        if len(ids) != len(f["rest"]): raise ValueError(f"{idf}: {len(ids)} ids where {pack} packs {len(f['rest'])} lines of {name}: not its ids.")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        done.append(atomic_write_text(dest, "\n".join([f["header"], *(i + r for i, r in zip(ids, f["rest"]))])))
-    return done
+    "Write the dev prediction files of run folder `run`'s pack back into `run/predictions/` (`unpack_predictions`); the files written"
+    return unpack_predictions(run)
 
 def dev_predictions_here(run) -> bool:
     "`has_dev_predictions`, the files written back from the pack first where only the pack is here (what an ensemble reads)"
@@ -389,7 +349,7 @@ def _run_row(table:PaperTable, row:Row, out, scale:str, progress:bool, keep_chec
         if rec["status"] != "ok": return rec
         if read_by_ensemble(table, row, scale, **overrides):         # an ensemble reads its dev predictions: packed, to be committed
             for r in map(Path, rec["runs"]):
-                if _pack_of(r) is None and all(plain_or_gz(f).is_file() for f in _dev_files(r)): pack_dev_predictions(r, _ids_root(folder))
+                if pack_of(r) is None and all(plain_or_gz(f).is_file() for f in _dev_files(r)): pack_dev_predictions(r, _ids_root(folder))
     rec["code"] = code_version()
     if not keep_checkpoints: _clean_checkpoints(folder)
     write_json(portable(rec, folder), folder/"row.json")

@@ -16,7 +16,7 @@ import torch
 from .core import stamp_figure, cli
 from .data import DataError, load_split, find_data_dir, plain_or_gz, get_task, _BUILT_IN
 from .task_files import declare_tasks
-from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson
+from .evaluate import TASK_METRIC, read_predictions, prediction_path, pearson, has_prediction
 from .pretrained import load_tokenizer
 
 # %% auto #0
@@ -246,7 +246,7 @@ def analyze_run(run_dir, sentence:str=DEFAULT_SENTENCE, data_dir=None, device=No
     for t in [t for t in TASK_METRIC if t in (cfg.get("model_tasks") or cfg.get("tasks") or TASK_METRIC)]:   # the run's tasks
         score = get_task(t).target == "score"
         name = f"{t}_scatter" if score else f"confusion_{t}"
-        if not plain_or_gz(prediction_path(run, t, "dev")).is_file(): skipped[name] = f"no {prediction_path(run, t, 'dev').name}"; continue
+        if not has_prediction(prediction_path(run, t, "dev")): skipped[name] = f"no {prediction_path(run, t, 'dev').name}"; continue
         try: df = dev_frame(run, t, data_dir)
         except (DataError, FileNotFoundError, ValueError) as e: skipped[name] = f"dev labels: {str(e).splitlines()[0]}"; continue
         written.append(save_figure(plot_sts(df, t) if score else plot_confusion(df, t), run, name))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .data import DataError, get_task, load_split, plain_or_gz, SCORE_KEYS, TASK_METRIC, CS224N_TASKS
-from .evaluate import (TASK_METRIC, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
+from .evaluate import (TASK_METRIC, has_prediction, read_predictions, write_predictions, prediction_path, read_raw, raw_path, raw_columns,
                                  score_split, overall_score, with_overall, pearson, accuracy)
 from .checkpoint import write_json
 from .folders import expand, check_new_folder, OutputFolder
@@ -123,7 +123,7 @@ def ensemble_split(run_dirs, task:str, split:str, method:str, weights=None) -> d
     ids, info = members[0]["id"], dict(n=len(members[0]))
     if method in RAW_METHODS:
         rpaths = [raw_path(r, task, split) for r in runs]
-        lacking = [str(p) for p in rpaths if not plain_or_gz(p).is_file()]   # FILE.csv or FILE.csv.gz (results/ packs them)
+        lacking = [str(p) for p in rpaths if not has_prediction(p)]   # FILE.csv, FILE.csv.gz or in the run's pack (results/ packs them)
         if lacking: raise FileNotFoundError(f"{task}={method} averages raw outputs and needs every member's raw file; missing: "
                                             f"{', '.join(lacking)} (runs from before raw files existed have none; "
                                             f"`minbert_predict RUN_DIR --splits {split}` writes them).")
@@ -210,7 +210,7 @@ def _ensemble_splits(runs:list, w:np.ndarray, methods:dict, splits, partial:bool
     results, skipped, abstained = {}, [], {}
     for split in splits:
         for t in ensemble_tasks():
-            have = [plain_or_gz(prediction_path(r, t, split)).is_file() for r in runs]   # FILE.csv or FILE.csv.gz
+            have = [has_prediction(prediction_path(r, t, split)) for r in runs]   # FILE.csv, FILE.csv.gz or in the run's pack
             if not any(have): continue                        # no member has it (e.g. CFIMDB in multitask runs)
             sel, name = np.array(have), prediction_path(".", t, split).name
             if not all(have):

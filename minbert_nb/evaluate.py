@@ -7,19 +7,21 @@ Docs: https://minbert-nb.github.io/minbert_nb/evaluate.html.md"""
 # %% ../nbs/08f_evaluate.ipynb #5af9138b
 from __future__ import annotations
 from pathlib import Path
+import base64, functools, gzip, hashlib, io, json
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 from .core import *
-from .checkpoint import atomic_write_text
+from .checkpoint import atomic_write_text, atomic_write_bytes
 from .bert import batch_to
 from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, TASKS, MEAN_KEY, AS_BEFORE
 
 # %% auto #0
-__all__ = ['accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'primary_scores', 'with_overall', 'predict_split',
-           'score_split', 'evaluate', 'pred_header', 'pred_range', 'write_predictions', 'prediction_path',
-           'read_predictions', 'raw_columns', 'raw_path', 'write_raw', 'read_raw']
+__all__ = ['PACK', 'accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'primary_scores', 'with_overall',
+           'predict_split', 'score_split', 'evaluate', 'pred_header', 'pred_range', 'write_predictions',
+           'prediction_path', 'pack_of', 'packed_text', 'has_prediction', 'prediction_text', 'pack_predictions',
+           'unpack_predictions', 'read_predictions', 'raw_columns', 'raw_path', 'write_raw', 'read_raw']
 
 # %% ../nbs/08f_evaluate.ipynb #4c7b28bb
 def accuracy(pred, gold) -> float:
@@ -150,11 +152,119 @@ def prediction_path(run_dir, task:str, split:str) -> Path:
     "`RUN_DIR/predictions/{task}-{split}-output.csv`"
     return Path(run_dir) / "predictions" / f"{task}-{split}-output.csv"
 
+# %% ../nbs/08f_evaluate.ipynb #ca8c9e08
+PACK = "dev-predictions.json.gz"   # a run folder's dev prediction files, packed (`pack_predictions`)
+
+def pack_of(run) -> Path|None:
+    "Run folder `run`'s pack; for a copy of another run (`copied_from` in its metrics.json), the pack of the run it was copied from"
+    run = Path(run)
+    if (run/PACK).is_file(): return run/PACK
+    m = json.loads((run/"metrics.json").read_text()) if (run/"metrics.json").is_file() else {}
+    src = m.get("copied_from")
+    return next((d/src/PACK for d in run.resolve().parents if src and (d/src/PACK).is_file()), None)
+
+def _gz(text:str) -> bytes: return gzip.compress(text.encode("utf-8"), mtime=0)   # the same text, the same bytes
+
+def _from_f32(enc:dict) -> list:
+    "The lines `,v1,...,vk` that `_f32` packed"
+    n, k = enc["rows"], enc["cols"]
+    a = np.frombuffer(base64.b64decode(enc["planes"]), np.uint8).reshape(4, n, k).transpose(1, 2, 0).copy().view("<f4")[..., 0]
+    return ["," + ",".join(f"{float(x):.9g}" for x in row) for row in a] + [""] * enc["tail"]
+
+def _f32(rest:list) -> dict|None:
+    "Lines `,v1,...,vk` (a raw-output file's lines after their ids) as float32 byte planes, where they come back exactly; else None"
+    body = rest[:-1] if rest and rest[-1] == "" else rest         # (a file's last newline leaves one empty line)
+    if not body or any(r[:1] != "," for r in body): return None
+    try: a = np.array([r[1:].split(",") for r in body], dtype="<f4")
+    except ValueError: return None                               # not numbers, or lines of different lengths
+    if a.ndim != 2: return None
+    enc = dict(rows=len(body), cols=a.shape[1], tail=len(rest) - len(body),
+               planes=base64.b64encode(np.ascontiguousarray(a).view(np.uint8).reshape(*a.shape, 4).transpose(2, 0, 1).tobytes()).decode())
+    return enc if _from_f32(enc) == rest else None
+
+@functools.lru_cache(maxsize=16)
+def _read_pack(path:str, stamp:tuple) -> dict: return json.loads(gzip.decompress(Path(path).read_bytes()))["files"]
+
+def _pack_files(pack:Path) -> dict:
+    "{file name: how it is packed} of `pack`, read once while the file stays the same"
+    st = Path(pack).stat(); return _read_pack(str(Path(pack).resolve()), (st.st_mtime_ns, st.st_size))
+
+def _ids_file(where, name:str) -> Path|None:
+    "`dev-ids/NAME` in the nearest folder at or above `where` that has it"
+    where = Path(where).resolve()
+    return next((d/"dev-ids"/name for d in (where, *where.parents) if (d/"dev-ids"/name).is_file()), None)
+
+def _run_pack(path:Path) -> Path|None:
+    "The pack of the run folder that prediction file `path` (`RUN/predictions/NAME`) belongs to"
+    return pack_of(path.parent.parent) if path.parent.name == "predictions" else None
+
+def packed_text(path) -> str|None:
+    "Prediction file `path` (`RUN/predictions/NAME`) as its run's pack holds it (`pack_of`), byte for byte; None where no pack holds it"
+    path = Path(path); pack = _run_pack(path)
+    if pack is None or (f := _pack_files(pack).get(path.name.removesuffix(".gz"))) is None: return None
+    idf = _ids_file(pack.parent, f["ids"])
+    if idf is None: raise FileNotFoundError(f"{pack}: its {path.name} needs the dev ids dev-ids/{f['ids']}, found in no folder above it; "
+                                            "they are committed with the results (git checkout them), else train the run again.")
+    ids, rest = gzip.decompress(idf.read_bytes()).decode("utf-8").split("\n"), (_from_f32(f["f32"]) if "f32" in f else f["rest"])
+    if len(ids) != len(rest): raise ValueError(f"{idf}: {len(ids)} ids where {pack} packs {len(rest)} lines of {path.name}: not its ids.")
+    return "\n".join([f["header"], *(i + r for i, r in zip(ids, rest))])
+
+def has_prediction(path) -> bool:
+    "Whether prediction file `path` is here: `FILE`, `FILE.gz` (`plain_or_gz`), or in its run's pack"
+    path = Path(path)
+    if plain_or_gz(path).is_file(): return True
+    pack = _run_pack(path)
+    return pack is not None and path.name.removesuffix(".gz") in _pack_files(pack)
+
+def prediction_text(path) -> str:
+    "The text of prediction file `path`: `FILE`, else `FILE.gz`, else as its run's pack holds it (FileNotFoundError where none is)"
+    p = plain_or_gz(path)
+    if not p.is_file() and (text := packed_text(p)) is not None: return text
+    return read_bytes(p).decode("utf-8")
+
+# %% ../nbs/08f_evaluate.ipynb #069da33c
+def pack_predictions(run, files, root) -> Path:
+    """Pack prediction files `files` (`FILE` or `FILE.gz`) of run folder `run` into `run/dev-predictions.json.gz`: each without
+    its ids, which are kept once in a `dev-ids/` folder (the nearest at or above `root` that has them, else `root/dev-ids/`),
+    named by their hash; raw outputs as float32 where that is exact. Checked: `packed_text` gives every file back byte for byte"""
+    run, root, packed, texts = Path(run), Path(root), {}, {}
+    missing = [str(plain_or_gz(f)) for f in files if not plain_or_gz(f).is_file()]
+    if not files or missing:
+        raise FileNotFoundError(f"{run}: no prediction files to pack ({', '.join(missing) or 'none named'} missing); a run writes "
+                                "them when it finishes, and they stay on the machine it trained on.")
+    for f in files:
+        name = Path(f).name.removesuffix(".gz")
+        texts[name] = text = read_bytes(plain_or_gz(f)).decode("utf-8")
+        head, *lines = text.split("\n")
+        ids = [l.split(",", 1)[0].rstrip() for l in lines]        # 'ID , pred ' (outputs) and 'ID,raw...' (raw): the id, then the rest
+        id_text = "\n".join(ids)
+        idn = f"{hashlib.sha1(id_text.encode()).hexdigest()[:16]}.txt.gz"
+        if _ids_file(root, idn) is None: atomic_write_bytes(root/"dev-ids"/idn, _gz(id_text))   # (it makes dev-ids/ where it is missing)
+        rest = [l[len(i):] for l, i in zip(lines, ids)]
+        packed[name] = dict(ids=idn, header=head, **({"f32": enc} if (enc := _f32(rest)) else {"rest": rest}))
+    atomic_write_bytes(run/PACK, _gz(json.dumps(dict(format=2, files=packed))))
+    if bad := [n for n, t in texts.items() if packed_text(run/"predictions"/n) != t]:
+        (run/PACK).unlink()
+        raise RuntimeError(f"{run/PACK}: {', '.join(bad)} would not come back byte for byte (dev-ids/ not above {run}?); nothing was packed.")
+    return run/PACK
+
+def unpack_predictions(run) -> list:
+    """Write the files of run folder `run`'s pack (`pack_of`) back into `run/predictions/`: those missing (none is
+    overwritten), the ids from the `dev-ids/` folder nearest above the pack; returns the files written"""
+    run = Path(run); pack = pack_of(run)
+    if pack is None: raise FileNotFoundError(f"{run}: no {PACK} (nor one in the run it was copied from) to unpack.")
+    done = []
+    for name in _pack_files(pack):
+        dest = run/"predictions"/name
+        if plain_or_gz(dest).is_file(): continue
+        done.append(atomic_write_text(dest, packed_text(dest)))
+    return done
+
 # %% ../nbs/08f_evaluate.ipynb #c5bf3f13
 def read_predictions(path, task:str) -> pd.DataFrame:
-    "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`; `FILE.csv.gz` is read where `FILE.csv` is missing"
+    "Read and check a CS224N prediction file (e.g. for ensembling): `id`, `pred`; wherever it is (`prediction_text`)"
     path = plain_or_gz(path)
-    try: lines = read_bytes(path).decode("utf-8").splitlines()
+    try: lines = prediction_text(path).splitlines()
     except FileNotFoundError: raise FileNotFoundError(f"{path}: no such prediction file.") from None
     except UnicodeDecodeError as e: raise ValueError(f"{path}: byte {e.start} is not UTF-8; prediction files are UTF-8 text.") from None
     want = f"id \\t {pred_header(task)}"
@@ -200,8 +310,8 @@ def write_raw(df:pd.DataFrame, task:str, path) -> Path:
 def read_raw(path, task:str) -> pd.DataFrame:
     "Read and check a raw-output file: `id` and `raw_columns(task)` as floats (`FILE.csv.gz` where `FILE.csv` is missing)"
     path, cols = plain_or_gz(path), raw_columns(task)
-    if not path.is_file(): raise FileNotFoundError(f"{path}: no such raw-output file.")
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if not has_prediction(path): raise FileNotFoundError(f"{path}: no such raw-output file.")
+    df = pd.read_csv(io.StringIO(prediction_text(path)), dtype=str, keep_default_na=False)
     if list(df.columns) != ["id", *cols]:
         raise ValueError(f"{path}:1: columns {list(df.columns)}; expected {['id', *cols]} (is this a {task} raw-output file?).")
     if len(df) == 0: raise ValueError(f"{path}: no rows after the header.")

@@ -107,3 +107,36 @@ def test_check_passes_over_a_file_deleted_since_the_last_commit(tmp_path, monkey
     monkeypatch.setattr(PR, "ROOT", tmp_path)
     assert PR.tracked() == ["results/a/kept.json"]
     assert [r for r in PR.tracked() if PR.machine_paths(r)] == ["results/a/kept.json"]   # what is there is still checked
+
+
+def test_committed_packs_read_back_from_committed_ids():
+    "Every committed dev-predictions pack gives back each of its files from the dev ids committed beside it (a clone can ensemble them)"
+    from minbert_nb.evaluate import PACK, packed_text, _pack_files
+    packs = [ROOT/p for p in _tracked() if p.endswith("/" + PACK) and (ROOT/p).is_file()]
+    assert packs, "no committed packs: the ensembles of results/ read them"
+    for pack in packs:
+        files = _pack_files(pack)
+        assert json.loads(__import__("gzip").decompress(pack.read_bytes())).get("format") == 2, f"{pack}: python tools/pack_results.py --apply packs it again"
+        for name in files:
+            text = packed_text(pack.parent/"predictions"/name)   # FileNotFoundError where its ids are not committed
+            assert text.count("\n") >= 1 and text.split("\n", 1)[0] == files[name]["header"], (pack, name)
+
+
+def test_pack_results_packs_a_kept_runs_dev_predictions(tmp_path):
+    "pack_results --apply packs the dev predictions an ensemble reads, removes the files, and the ensemble reads the same rows"
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    from minbert_nb.evaluate import PACK, write_predictions, write_raw, prediction_path, raw_path, read_predictions, read_raw
+    import numpy as np, pandas as pd
+    res = tmp_path/"results"; run, ens = res/"member", res/"ens"
+    ids = [f"{k:025x}" for k in range(300)]
+    df = pd.DataFrame(dict(id=ids, pred=np.arange(300) % 2, raw=np.random.default_rng(0).normal(size=300).astype(np.float32)))
+    for split in ("dev", "test"): write_predictions(df, "para", prediction_path(run, "para", split))
+    write_raw(df, "para", raw_path(run, "para", "dev"))
+    ens.mkdir(parents=True); (ens/"config.json").write_text(json.dumps(dict(members=[str(run)], methods=dict(para="logits"))))
+    before = read_predictions(prediction_path(run, "para", "dev"), "para"), read_raw(raw_path(run, "para", "dev"), "para")
+    PK.main(["--results", str(res), "--headline", "--apply"])
+    assert (run/PACK).is_file() and (res/"dev-ids").is_dir()
+    assert sorted(f.name for f in (run/"predictions").iterdir()) == ["para-test-output.csv.gz"]   # the test file stays a file
+    after = read_predictions(prediction_path(run, "para", "dev"), "para"), read_raw(raw_path(run, "para", "dev"), "para")
+    assert all(a.equals(b) for a, b in zip(before, after))

@@ -10,7 +10,11 @@ What reads a run's predictions, and so keeps them:
   - an ensemble folder keeps its own test predictions (the CS224N submission files); its dev predictions are dropped, as
     `minbert_ensemble` writes them again exactly from the kept members and metrics.json keeps their scores.
 Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
-keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time).
+keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time), and a kept run's dev
+prediction files are then packed into its dev-predictions.json.gz (`pack_predictions`, 08f_evaluate: the ids once, in
+results/dev-ids/, raw outputs as float32; checked to give every file back byte for byte), which every reader reads as it
+reads the files. Packs made before raw outputs were stored as float32 (format 1) are packed again the same way. Rows of
+the tables (results/ablate*) pack their own when an ensemble reads them.
 
 Earlier runs: a table folder of results/ablate-scale-rates (runs made while the scales set every row's optimiser) that the
 report reads no more, because every claim of its table has its three seeds under results/ablate at its paper's settings
@@ -30,6 +34,9 @@ from pathlib import Path
 from PIL import Image, PngImagePlugin
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from minbert_nb.data import plain_or_gz
+from minbert_nb.evaluate import PACK, pack_predictions, unpack_predictions, _pack_files
 RAW_METHODS = {"logits"}
 # earlier table folders the docs show as they are (nbs/tutorials/19_reproduce_a_table: "the quick results we measured"):
 # kept when the report reads them no more
@@ -61,6 +68,24 @@ def plan(results:Path, headline, skip) -> dict:
         else: keep = run in read
         out[f] = "keep" if keep else "drop"
     return out
+
+def to_pack(pl:dict, results:Path) -> dict:
+    "{run folder: its kept dev prediction files} of the runs outside the tables' folders (results/ablate*), which pack their own"
+    runs = {}
+    for f, what in pl.items():
+        if what == "keep" and "-dev-" in f.name and not f.relative_to(results).parts[0].startswith("ablate"):
+            runs.setdefault(f.parent.parent, []).append(f.with_name(f.name.removesuffix(".gz")))
+    return runs
+
+def repack(pack:Path, results:Path) -> int:
+    "Pack `pack` again in the current format (raw outputs as float32) where it is older; bytes saved"
+    if json.loads(gzip.decompress(pack.read_bytes())).get("format", 1) >= 2: return 0
+    run, old = pack.parent, pack.stat().st_size
+    written = unpack_predictions(run)                              # its files, byte for byte (those missing here)
+    try: pack_predictions(run, [run/"predictions"/n for n in _pack_files(pack)], results)
+    finally:
+        for f in written: f.unlink()
+    return old - pack.stat().st_size
 
 def superseded(results:Path) -> list:
     "The table folders of results/ablate-scale-rates that no claim reads any more (`superseded_earlier`)"
@@ -115,13 +140,24 @@ def main(argv=None):
                 z.write_bytes(data)
                 if gzip.decompress(z.read_bytes()) != f.read_bytes(): sys.exit(f"{z}: does not decompress to {f}; left both in place")
                 f.unlink()
+    runs = to_pack(pl, results)
+    for run, files in sorted(runs.items()):
+        if a.apply:
+            size = sum(plain_or_gz(f).stat().st_size for f in files)
+            pack_predictions(run, files, results)                   # (it checks every file comes back byte for byte)
+            for f in files: plain_or_gz(f).unlink()
+            freed += size - (run/PACK).stat().st_size
+    old = [p for p in sorted(results.rglob(PACK)) if not skipped(p, skip)
+           and json.loads(gzip.decompress(p.read_bytes())).get("format", 1) < 2]
+    if a.apply: freed += sum(repack(p, results) for p in old)
     packed = [b for f in sorted(results.rglob("*.png")) if not skipped(f, skip) and (b := pack_png(f, a.apply))]
     freed += sum(packed)
     for d in sorted({f.parent for f in pl}, reverse=True):
         if a.apply and d.is_dir() and not any(d.iterdir()): d.rmdir()
     n = {w: sum(v == w for v in pl.values()) for w in ("keep", "drop")}
     done = "" if a.apply else "to be "         # a dry run says what it would do, in the same words
-    print(f"{n['keep']} prediction files {done}kept (gzip), {n['drop']} {done}removed, {len(packed)} figures {done}given "
+    print(f"{n['keep']} prediction files {done}kept (gzip), the dev ones of {len(runs)} runs {done}packed, {len(old)} older packs "
+          f"{done}packed again, {n['drop']} {done}removed, {len(packed)} figures {done}given "
           f"a palette, {len(gone)} earlier table folders {done}removed; results/ {before / 2**20:.1f} MB -> "
           f"{(before - freed) / 2**20:.1f} MB" + ("" if a.apply else " (dry run: --apply to do it)"))
 
