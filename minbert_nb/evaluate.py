@@ -20,8 +20,9 @@ from .data import get_task, plain_or_gz, read_bytes, TASK_METRIC, OVERALL_KEYS, 
 # %% auto #0
 __all__ = ['PACK', 'accuracy', 'macro_f1', 'pearson', 'spearman', 'overall_score', 'primary_scores', 'with_overall',
            'predict_split', 'score_split', 'evaluate', 'pred_header', 'pred_range', 'write_predictions',
-           'prediction_path', 'pack_of', 'packed_text', 'has_prediction', 'prediction_text', 'pack_predictions',
-           'unpack_predictions', 'read_predictions', 'raw_columns', 'raw_path', 'write_raw', 'read_raw']
+           'prediction_path', 'pack_of', 'pack_format', 'packed_text', 'has_prediction', 'prediction_text',
+           'pack_predictions', 'unpack_predictions', 'read_predictions', 'raw_columns', 'raw_path', 'write_raw',
+           'read_raw']
 
 # %% ../nbs/08f_evaluate.ipynb #4c7b28bb
 def accuracy(pred, gold) -> float:
@@ -183,16 +184,27 @@ def _f32(rest:list) -> dict|None:
     return enc if _from_f32(enc) == rest else None
 
 @functools.lru_cache(maxsize=16)
-def _read_pack(path:str, stamp:tuple) -> dict: return json.loads(gzip.decompress(Path(path).read_bytes()))["files"]
+def _read_pack(path:str, stamp:tuple) -> dict: return json.loads(gzip.decompress(Path(path).read_bytes()))
 
-def _pack_files(pack:Path) -> dict:
-    "{file name: how it is packed} of `pack`, read once while the file stays the same"
+def _pack(pack:Path) -> dict:
+    "The contents of `pack`, read once while the file stays the same"
     st = Path(pack).stat(); return _read_pack(str(Path(pack).resolve()), (st.st_mtime_ns, st.st_size))
+
+def _pack_files(pack:Path) -> dict: return _pack(pack)["files"]   # {file name: how it is packed}
+
+def pack_format(pack) -> int:
+    "The format `pack` was written in: 2 where raw outputs may be float32 planes (`pack_predictions` writes it), 1 where all is text"
+    return _pack(pack).get("format", 1)
 
 def _ids_file(where, name:str) -> Path|None:
     "`dev-ids/NAME` in the nearest folder at or above `where` that has it"
     where = Path(where).resolve()
     return next((d/"dev-ids"/name for d in (where, *where.parents) if (d/"dev-ids"/name).is_file()), None)
+
+def _ids_home(root) -> Path:
+    "Where new dev ids go: the nearest `dev-ids/` folder at or above `root`, so that every run under it shares one; else `root/dev-ids`"
+    root = Path(root).resolve()
+    return next((d/"dev-ids" for d in (root, *root.parents) if (d/"dev-ids").is_dir()), root/"dev-ids")
 
 def _run_pack(path:Path) -> Path|None:
     "The pack of the run folder that prediction file `path` (`RUN/predictions/NAME`) belongs to"
@@ -225,7 +237,8 @@ def prediction_text(path) -> str:
 # %% ../nbs/08f_evaluate.ipynb #069da33c
 def pack_predictions(run, files, root) -> Path:
     """Pack prediction files `files` (`FILE` or `FILE.gz`) of run folder `run` into `run/dev-predictions.json.gz`: each without
-    its ids, which are kept once in a `dev-ids/` folder (the nearest at or above `root` that has them, else `root/dev-ids/`),
+    its ids, which are kept once in a `dev-ids/` folder (the nearest at or above `root` that has them, else the nearest
+    `dev-ids/` at or above `root`, else `root/dev-ids/`),
     named by their hash; raw outputs as float32 where that is exact. Checked: `packed_text` gives every file back byte for byte"""
     run, root, packed, texts = Path(run), Path(root), {}, {}
     missing = [str(plain_or_gz(f)) for f in files if not plain_or_gz(f).is_file()]
@@ -239,7 +252,7 @@ def pack_predictions(run, files, root) -> Path:
         ids = [l.split(",", 1)[0].rstrip() for l in lines]        # 'ID , pred ' (outputs) and 'ID,raw...' (raw): the id, then the rest
         id_text = "\n".join(ids)
         idn = f"{hashlib.sha1(id_text.encode()).hexdigest()[:16]}.txt.gz"
-        if _ids_file(root, idn) is None: atomic_write_bytes(root/"dev-ids"/idn, _gz(id_text))   # (it makes dev-ids/ where it is missing)
+        if _ids_file(root, idn) is None: atomic_write_bytes(_ids_home(root)/idn, _gz(id_text))   # (it makes dev-ids/ where none is)
         rest = [l[len(i):] for l, i in zip(lines, ids)]
         packed[name] = dict(ids=idn, header=head, **({"f32": enc} if (enc := _f32(rest)) else {"rest": rest}))
     atomic_write_bytes(run/PACK, _gz(json.dumps(dict(format=2, files=packed))))

@@ -111,12 +111,12 @@ def test_check_passes_over_a_file_deleted_since_the_last_commit(tmp_path, monkey
 
 def test_committed_packs_read_back_from_committed_ids():
     "Every committed dev-predictions pack gives back each of its files from the dev ids committed beside it (a clone can ensemble them)"
-    from minbert_nb.evaluate import PACK, packed_text, _pack_files
+    from minbert_nb.evaluate import PACK, pack_format, packed_text, _pack_files
     packs = [ROOT/p for p in _tracked() if p.endswith("/" + PACK) and (ROOT/p).is_file()]
     assert packs, "no committed packs: the ensembles of results/ read them"
     for pack in packs:
         files = _pack_files(pack)
-        assert json.loads(__import__("gzip").decompress(pack.read_bytes())).get("format") == 2, f"{pack}: python tools/pack_results.py --apply packs it again"
+        assert pack_format(pack) == 2, f"{pack}: python tools/pack_results.py --apply packs it again"
         for name in files:
             text = packed_text(pack.parent/"predictions"/name)   # FileNotFoundError where its ids are not committed
             assert text.count("\n") >= 1 and text.split("\n", 1)[0] == files[name]["header"], (pack, name)

@@ -36,7 +36,7 @@ from PIL import Image, PngImagePlugin
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minbert_nb.data import plain_or_gz
-from minbert_nb.evaluate import PACK, pack_predictions, unpack_predictions, _pack_files
+from minbert_nb.evaluate import PACK, pack_format, pack_predictions, unpack_predictions, _pack_files
 RAW_METHODS = {"logits"}
 # earlier table folders the docs show as they are (nbs/tutorials/19_reproduce_a_table: "the quick results we measured"):
 # kept when the report reads them no more
@@ -79,7 +79,7 @@ def to_pack(pl:dict, results:Path) -> dict:
 
 def repack(pack:Path, results:Path) -> int:
     "Pack `pack` again in the current format (raw outputs as float32) where it is older; bytes saved"
-    if json.loads(gzip.decompress(pack.read_bytes())).get("format", 1) >= 2: return 0
+    if pack_format(pack) >= 2: return 0
     run, old = pack.parent, pack.stat().st_size
     written = unpack_predictions(run)                              # its files, byte for byte (those missing here)
     try: pack_predictions(run, [run/"predictions"/n for n in _pack_files(pack)], results)
@@ -147,8 +147,7 @@ def main(argv=None):
             pack_predictions(run, files, results)                   # (it checks every file comes back byte for byte)
             for f in files: plain_or_gz(f).unlink()
             freed += size - (run/PACK).stat().st_size
-    old = [p for p in sorted(results.rglob(PACK)) if not skipped(p, skip)
-           and json.loads(gzip.decompress(p.read_bytes())).get("format", 1) < 2]
+    old = [p for p in sorted(results.rglob(PACK)) if not skipped(p, skip) and pack_format(p) < 2]
     if a.apply: freed += sum(repack(p, results) for p in old)
     packed = [b for f in sorted(results.rglob("*.png")) if not skipped(f, skip) and (b := pack_png(f, a.apply))]
     freed += sum(packed)
