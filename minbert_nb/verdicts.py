@@ -29,7 +29,8 @@ __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COL
            'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts',
            'plot_claims', 'compute_text', 'still_moving', 'selection_text', 'moving_text', 'toward', 'device_text',
            'budget_text', 'summary_table', 'readings_text', 'precision_frame', 'precision_lines', 'moved_frame',
-           'moved_lines', 'report_markdown', 'run_minutes', 'budget_frame', 'budget_lines', 'write_report']
+           'moved_lines', 'report_markdown', 'run_minutes', 'run_hw', 'also_changed', 'budget_frame', 'budget_lines',
+           'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -950,15 +951,31 @@ def _budget_cost(minutes:dict, bound:float=BUDGET_CPU_MINUTES) -> tuple:
     where = ("a GPU" if not cpu or 2 * max(cpu) > bound else "the CPU")
     return said or "not measured", where
 
+def run_hw(folders, root=".") -> str:
+    "The devices and precisions (`hw_label`, e.g. 'cpu fp32') the run folders `folders` (paths under `root`) trained on, '; '-joined ('' when none records them)"
+    ms = [_json(Path(root)/f/"metrics.json") for f in folders if (Path(root)/f/"metrics.json").is_file()]
+    return "; ".join(sorted({hw_label(m) for m in ms if m.get("device") and m.get("amp")}))
+
+def also_changed(hw:str, hw_2x:str) -> str:
+    """What changed beside the budget between a claim's runs at the report's scale (`hw`, `run_hw`) and at twice it (`hw_2x`):
+    'device: cpu bfloat16 → cuda bfloat16', 'device and precision: cpu fp32 → cuda bfloat16', or '' (the same, or not recorded)"""
+    if not hw or not hw_2x or hw == hw_2x: return ""
+    split = lambda h: ({x.split(" ")[0] for x in h.split("; ")}, {x.split(" ", 1)[-1] for x in h.split("; ")})
+    (d1, p1), (d2, p2) = split(hw), split(hw_2x)
+    what = " and ".join(w for w, moved in (("device", d1 != d2), ("precision", p1 != p2)) if moved) or "device or precision"
+    return f"{what}: {hw} → {hw_2x}"
+
 def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bound:float=BUDGET_CPU_MINUTES) -> pd.DataFrame:
     """The budget question of every contradicted claim of `df` (`verdicts_frame`): its verdict again from the runs at `scale`
     (twice the report's budget) under `results`; `budget` is 'budget-dependent' when that verdict differs, 'holds at twice the
     budget' when it is the same, 'not run at twice the budget' with fewer than MIN_SEEDS seeds there, and not compared where the
     verdict rests on runs of an earlier registry (`settings` = earlier: the settings would change with the budget); `cost`: what the claim's
-    runs took a run at the report's scale, per device, and `where` its runs at twice the budget belong (a CPU run over `bound` minutes: a GPU);
+    runs took a run at the report's scale, per device, and `where` its runs at twice the budget belong (a CPU run over `bound` minutes: a GPU),
+    or where they ran once they have; `also_changed`: the device or precision that changed with the budget (`also_changed`: then a
+    verdict that moves may have moved with the device too, and the report says so beside it);
     `moving`: whether its A − B was still moving when the report's budget ran out (`still_moving`, `toward`; 'not read' without
     the runs' last two epochs at two seeds or more): the claims a longer budget is likeliest to move"""
-    cols = ["claim", "verdict", "settings", "moving", "verdict_2x", "ours_2x", "seeds_2x", "budget", "cost", "where"]
+    cols = ["claim", "verdict", "settings", "moving", "verdict_2x", "ours_2x", "seeds_2x", "budget", "cost", "where", "also_changed"]
     con = df[df["verdict"].astype(str).str.startswith("contradicted")]
     if con.empty: return pd.DataFrame(columns=cols)
     twice = claims_frame(results, root, scale, {c: CLAIMS[c] for c in con["claim"]}).set_index("claim")
@@ -970,11 +987,15 @@ def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bou
                  "holds at twice the budget" if base(t["verdict"]) == base(r["verdict"]) else "budget-dependent")
         runs = [p for k in ("a_runs", "b_runs") for p in str(r.get(k) or "").split(";") if p and p != "nan"]
         cost, where = _budget_cost(run_minutes(runs, root), bound)
+        runs_2x = [p for k in ("a_runs", "b_runs") for p in str(t.get(k) or "").split(";") if p and p != "nan"] if n else []
+        hw_2x = run_hw(runs_2x, root)
+        if hw_2x: where = f"ran on {hw_2x}"
         g = r.get("gain_seeds"); read = isinstance(g, (int, float, np.number)) and g > 1
         moving = toward(r) if read and still_moving(r) else "no" if read else "not read"
         rows.append(dict(claim=r["claim"], verdict=r["verdict"], settings=r.get("settings", ""), moving=moving, verdict_2x=t["verdict"] if n else "",
                          ours_2x=(f"{t['ours_diff']:+.4g} [{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if n >= 2 else ""),
-                         seeds_2x=n, budget=label, cost=cost, where=where))
+                         seeds_2x=n, budget=label, cost=cost, where=where,
+                         also_changed=also_changed(run_hw(runs, root), hw_2x) if n >= MIN_SEEDS else ""))
     return pd.DataFrame(rows, columns=cols)
 
 def budget_lines(bq:pd.DataFrame) -> list:
@@ -986,13 +1007,15 @@ def budget_lines(bq:pd.DataFrame) -> list:
            f"(`minbert_ablate plan --budget` lists it); runs over {BUDGET_CPU_MINUTES} minutes at twice the budget on 2 CPU cores are for a GPU. "
            "A verdict that rests on earlier settings is compared once its rows have run at their papers' settings. Still moving at the "
            "budget's end: A − B moved the same way at every seed over the runs' last epoch, by more than half of itself (towards zero, or "
-           "away from it): the claims a longer budget is likeliest to move.", "",
-           "| claim | verdict | still moving at the budget's end | at twice the budget | seeds | reading | its runs at the report's scale | twice the budget on |",
-           "|---|---|---|---|---|---|---|---|"]
+           "away from it): the claims a longer budget is likeliest to move. Where the runs at twice the budget trained on another device "
+           "or in another precision than the report's runs, the last column says so: a verdict that moved there may have moved with "
+           "the device or the precision as well as the budget.", "",
+           "| claim | verdict | still moving at the budget's end | at twice the budget | seeds | reading | its runs at the report's scale | twice the budget on | changed beside the budget |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in bq.itertuples():
         at2 = f"{r.verdict_2x} {r.ours_2x}".strip() if r.seeds_2x else "–"
         v = r.verdict + (" (earlier settings)" if r.settings == "earlier" else "")
-        out.append(f"| {r.claim} | {v} | {r.moving} | {at2} | {r.seeds_2x} | {r.budget} | {r.cost} | {r.where} |")
+        out.append(f"| {r.claim} | {v} | {r.moving} | {at2} | {r.seeds_2x} | {r.budget} | {r.cost} | {r.where} | {r.also_changed or '–'} |")
     return out + [""]
 
 # %% ../nbs/16d_verdicts.ipynb #534cb480
