@@ -196,15 +196,21 @@ def pack_format(pack) -> int:
     "The format `pack` was written in: 2 where raw outputs may be float32 planes (`pack_predictions` writes it), 1 where all is text"
     return _pack(pack).get("format", 1)
 
+def _up_to_repo(where:Path) -> tuple|None:
+    "`where` and the folders above it up to the repository that holds it (the first with `.git`); None outside a repository"
+    chain = (where, *where.parents)
+    return next((chain[:i + 1] for i, d in enumerate(chain) if (d/".git").exists()), None)
+
 def _ids_file(where, name:str) -> Path|None:
-    "`dev-ids/NAME` in the nearest folder at or above `where` that has it"
+    "`dev-ids/NAME` in the nearest folder at or above `where` that has it, looking no higher than the repository that holds `where`"
     where = Path(where).resolve()
-    return next((d/"dev-ids"/name for d in (where, *where.parents) if (d/"dev-ids"/name).is_file()), None)
+    return next((d/"dev-ids"/name for d in (_up_to_repo(where) or (where, *where.parents)) if (d/"dev-ids"/name).is_file()), None)
 
 def _ids_home(root) -> Path:
-    "Where new dev ids go: the nearest `dev-ids/` folder at or above `root`, so that every run under it shares one; else `root/dev-ids`"
+    """Where new dev ids go: the nearest `dev-ids/` folder at or above `root` inside the repository that holds it, so that every
+    run under it shares one; else (outside a repository too) `root/dev-ids`: never a folder above `root` that the project did not make"""
     root = Path(root).resolve()
-    return next((d/"dev-ids" for d in (root, *root.parents) if (d/"dev-ids").is_dir()), root/"dev-ids")
+    return next((d/"dev-ids" for d in (_up_to_repo(root) or ()) if (d/"dev-ids").is_dir()), root/"dev-ids")
 
 def _run_pack(path:Path) -> Path|None:
     "The pack of the run folder that prediction file `path` (`RUN/predictions/NAME`) belongs to"
@@ -238,7 +244,7 @@ def prediction_text(path) -> str:
 def pack_predictions(run, files, root) -> Path:
     """Pack prediction files `files` (`FILE` or `FILE.gz`) of run folder `run` into `run/dev-predictions.json.gz`: each without
     its ids, which are kept once in a `dev-ids/` folder (the nearest at or above `root` that has them, else the nearest
-    `dev-ids/` at or above `root`, else `root/dev-ids/`),
+    `dev-ids/` at or above `root` up to the repository's root, else `root/dev-ids/`),
     named by their hash; raw outputs as float32 where that is exact. Checked: `packed_text` gives every file back byte for byte"""
     run, root, packed, texts = Path(run), Path(root), {}, {}
     missing = [str(plain_or_gz(f)) for f in files if not plain_or_gz(f).is_file()]
