@@ -29,8 +29,8 @@ __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COL
            'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts',
            'plot_claims', 'compute_text', 'still_moving', 'selection_text', 'moving_text', 'toward', 'device_text',
            'budget_text', 'summary_table', 'readings_text', 'precision_frame', 'precision_lines', 'moved_frame',
-           'moved_lines', 'report_markdown', 'run_minutes', 'run_hw', 'also_changed', 'budget_frame', 'budget_lines',
-           'write_report']
+           'moved_lines', 'budget_notes', 'budget_claim_line', 'report_markdown', 'run_minutes', 'run_hw',
+           'also_changed', 'budget_frame', 'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -744,14 +744,16 @@ def budget_text(r, root=".") -> str:
 # %% ../nbs/16d_verdicts.ipynb #e39500f2
 def _short_differs(c:Claim) -> str: return ", ".join(c.differs)
 
-def summary_table(df:pd.DataFrame) -> list:
-    "The report's top: one line a claim (claim, paper, ours [interval], seeds, verdict, after Holm, agreement in size, settings, what differs)"
+def summary_table(df:pd.DataFrame, notes:dict|None=None) -> list:
+    """The report's top: one line a claim (claim, paper, ours [interval], seeds, verdict, after Holm, agreement in size, settings, what
+    differs); `notes`: claim -> what to say after its verdict (the budget question's finding, `budget_notes`)"""
     out = ["| claim | paper | ours [95% interval] | seeds | verdict | after Holm | size | settings | what differs |", "|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         p = TABLES[r.table].percent
         ours = f"{_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}]" if r.seeds else "–"
         eq = CLAIMS[r.claim].margin is not None
-        out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {ours} | {r.seeds} | {r.verdict}{' (no-effect claim)' if eq else ''} | "
+        out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {ours} | {r.seeds} | {r.verdict}{' (no-effect claim)' if eq else ''}"
+                   f"{'; ' + (notes or {})[r.claim] if r.claim in (notes or {}) else ''} | "
                    f"{getattr(r, 'holm_verdict', '') or '–'} | {getattr(r, 'agreement', '') or '–'} | {getattr(r, 'settings', '') or '–'} | "
                    f"{_short_differs(CLAIMS[r.claim]) or '–'} |")
     return out
@@ -893,6 +895,19 @@ def moved_lines(mv:pd.DataFrame) -> list:
                    f"{r.earlier_verdict} | {iv(r.ours_diff, r.ci_low, r.ci_high, p)} | {'**' * r.moved}{r.verdict}{'**' * r.moved} |")
     return out + [""]
 
+def budget_notes(bq:pd.DataFrame|None) -> dict:
+    "claim -> what the budget question found, said after its verdict at the report's top: only where its runs at twice the budget were read"
+    if bq is None or bq.empty: return {}
+    return {r.claim: f"{r.verdict_2x} at twice the budget" + (" (budget-dependent)" if r.budget == "budget-dependent" else " (holds)")
+            for r in bq.itertuples() if r.budget in ("budget-dependent", "holds at twice the budget")}
+
+def budget_claim_line(bq:pd.DataFrame|None, claim:str) -> str|None:
+    "The line of a claim's section of report.md on the budget question (`budget_frame`): None where its runs at twice the budget were not read"
+    if bq is None or bq.empty or claim not in (notes := budget_notes(bq)): return None
+    r = bq.set_index("claim").loc[claim]
+    return (f"- at twice the budget (scale {BUDGET_SCALE}, {_n(int(r.seeds_2x), 'seed')}, {r['where']}): {r.verdict_2x} {r.ours_2x}; {r.budget}"
+            + (f"; changed beside the budget: {r.also_changed}" if r.also_changed else ""))
+
 def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFrame|None=None, moved:pd.DataFrame|None=None,
                     precision:pd.DataFrame|None=None, other:str=PRECISION_RESULTS) -> str:
     """report.md: verdict counts (and `compute`, what the runs behind them cost), the readings beside them and a table of every
@@ -909,7 +924,7 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
            *([f"Settings: {earlier} of the {len(df)} claims rest on {EARLIER} (`settings` = earlier)"
               + ("; the others on rows with their paper's settings" if earlier < len(df) else "")
               + " (`minbert_ablate show TABLE` prints each row's).", ""] if earlier else []),
-           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df), "", *moved_lines(moved), *precision_lines(precision, other),
+           *([t, ""] if (t := readings_text(df)) else []), *summary_table(df, budget_notes(budget)), "", *moved_lines(moved), *precision_lines(precision, other),
            *(budget_lines(budget) if budget is not None else []),
            *([selection_text(df), ""] if "last_verdict" in df else []), *([d, ""] if (d := device_text(df)) else [])]
     for t, d in df.groupby("table", sort=False):
@@ -923,7 +938,11 @@ def report_markdown(df:pd.DataFrame, compute:str="", root=".", budget:pd.DataFra
                        + " (`minbert_ablate show " + t + "`): " + "; ".join(f"{k} = {v}" for k, v in a.items()))
         out += [f"- cannot run here: {r.name} ({r.needs})" for r in TABLES[t].rows if r.needs] + [""]
         p = TABLES[t].percent
-        for _, r in d.iterrows(): out += _claim_lines(r, p, root)
+        for _, r in d.iterrows():
+            lines = _claim_lines(r, p, root)
+            if b := budget_claim_line(budget, r.claim):      # where the budget question was asked: right after our difference
+                lines.insert(next(i for i, l in enumerate(lines) if l.startswith("- paper ")) + 1, b)
+            out += lines
     rest = [t for t in TABLES.values() if t.id not in set(df["table"])]
     if rest: out += ["## Tables without a claim", ""] + [f"- {t.id}: {t.caption} Rows that cannot run here: "
                      + ("; ".join(f"{r.name} ({r.needs})" for r in t.rows if r.needs) or "none") for t in rest] + [""]
