@@ -466,14 +466,14 @@ def _tost_p(m:float, se:float, n:int, margin:float) -> float:
     if se == 0: return 0.0 if abs(m) < margin else 1.0
     return float(max(student_t().sf((m + margin) / se, n - 1), student_t().cdf((m - margin) / se, n - 1)))
 
-def equivalence(diffs, margin:float|None, alpha:float=0.05) -> str:
+def equivalence(diffs, margin:float|None, alpha:float=0.05, percent:bool=False) -> str:
     """Two one-sided t-tests (TOST) that the mean of `diffs` lies within ±`margin`: 'equivalent' when both reject at `alpha`
-    (the 1 − 2·alpha interval inside the margins), with that interval; '' for a claim without a margin"""
+    (the 1 − 2·alpha interval inside the margins), with that interval in the table's units (`percent`: points, `_f`); '' for a claim without a margin"""
     if margin is None: return ""
     if len(diffs) < MIN_SEEDS: return f"not tested (fewer than {MIN_SEEDS} seeds; margin ±{margin:g})"
     m, se, n = _mean_se(diffs); p = _tost_p(m, se, n, margin)
     h = float(student_t().ppf(1 - alpha, n - 1) * se)
-    return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{m - h:+.4g}, {m + h:+.4g}])"
+    return f"{'equivalent' if p < alpha else 'not shown equivalent'} within ±{margin:g} (TOST p {p:.3f}; 90% interval [{_f(m - h, percent)}, {_f(m + h, percent)}])"
 
 def null_p_value(diffs, margin:float) -> float:
     """The p-value of the test that can decide a claim of no effect (`null_verdict`): with the mean inside ±`margin`, TOST's
@@ -536,7 +536,7 @@ def with_readings(df:pd.DataFrame, claims=None) -> pd.DataFrame:
     cs = [claims[c] for c in df["claim"]]
     df["agreement"] = [agreement(r.paper_diff, r.ci_low, r.ci_high, r.sign) if c.kind == "sign" else ""   # no size to a claim of no effect
                        for r, c in zip(df.itertuples(), cs)]
-    df["equivalence"] = [equivalence(d, claims[c].margin) for c, d in zip(df["claim"], df["diffs"])]
+    df["equivalence"] = [equivalence(d, claims[c].margin, percent=TABLES[claims[c].table].percent) for c, d in zip(df["claim"], df["diffs"])]
     test_p = lambda d, c: null_p_value(d, c.margin) if c.margin is not None else within_p_value(d, c.within) if c.within is not None else p_value(d)
     df["p_value"] = [test_p(d, c) if len(d) >= MIN_SEEDS else math.nan for d, c in zip(df["diffs"], cs)]
     rejects = holm(df["p_value"])
@@ -747,13 +747,14 @@ def _short_differs(c:Claim) -> str: return ", ".join(c.differs)
 def summary_table(df:pd.DataFrame, notes:dict|None=None) -> list:
     """The report's top: one line a claim (claim, paper, ours [interval], seeds, verdict, after Holm, agreement in size, settings, what
     differs); `notes`: claim -> what to say after its verdict (the budget question's finding, `budget_notes`)"""
+    notes = notes or {}
     out = ["| claim | paper | ours [95% interval] | seeds | verdict | after Holm | size | settings | what differs |", "|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples():
         p = TABLES[r.table].percent
         ours = f"{_f(r.ours_diff, p)} [{_f(r.ci_low, p)}, {_f(r.ci_high, p)}]" if r.seeds else "–"
         eq = CLAIMS[r.claim].margin is not None
         out.append(f"| {r.claim} | {_f(r.paper_diff, p)} | {ours} | {r.seeds} | {r.verdict}{' (no-effect claim)' if eq else ''}"
-                   f"{'; ' + (notes or {})[r.claim] if r.claim in (notes or {}) else ''} | "
+                   f"{'; ' + notes[r.claim] if r.claim in notes else ''} | "
                    f"{getattr(r, 'holm_verdict', '') or '–'} | {getattr(r, 'agreement', '') or '–'} | {getattr(r, 'settings', '') or '–'} | "
                    f"{_short_differs(CLAIMS[r.claim]) or '–'} |")
     return out
@@ -903,8 +904,9 @@ def budget_notes(bq:pd.DataFrame|None) -> dict:
 
 def budget_claim_line(bq:pd.DataFrame|None, claim:str) -> str|None:
     "The line of a claim's section of report.md on the budget question (`budget_frame`): None where its runs at twice the budget were not read"
-    if bq is None or bq.empty or claim not in (notes := budget_notes(bq)): return None
+    if bq is None or bq.empty or claim not in set(bq["claim"]): return None
     r = bq.set_index("claim").loc[claim]
+    if r.budget not in ("budget-dependent", "holds at twice the budget"): return None
     return (f"- at twice the budget (scale {BUDGET_SCALE}, {_n(int(r.seeds_2x), 'seed')}, {r['where']}): {r.verdict_2x} {r.ours_2x}; {r.budget}"
             + (f"; changed beside the budget: {r.also_changed}" if r.also_changed else ""))
 
@@ -984,6 +986,10 @@ def also_changed(hw:str, hw_2x:str) -> str:
     what = " and ".join(w for w, moved in (("device", d1 != d2), ("precision", p1 != p2)) if moved) or "device or precision"
     return f"{what}: {hw} → {hw_2x}"
 
+def _run_folders(r) -> list:
+    "The run folders a claim's line (of `claims_frame`) names: its `a_runs` and `b_runs`, ';'-separated, none where a side is empty"
+    return [p for k in ("a_runs", "b_runs") for p in str(r.get(k) or "").split(";") if p and p != "nan"]
+
 def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bound:float=BUDGET_CPU_MINUTES) -> pd.DataFrame:
     """The budget question of every contradicted claim of `df` (`verdicts_frame`): its verdict again from the runs at `scale`
     (twice the report's budget) under `results`; `budget` is 'budget-dependent' when that verdict differs, 'holds at twice the
@@ -1004,15 +1010,15 @@ def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bou
         label = ("not run at twice the budget" if n < MIN_SEEDS else
                  "not compared: the verdict rests on earlier settings" if r.get("settings") == "earlier" else   # two changes at once
                  "holds at twice the budget" if base(t["verdict"]) == base(r["verdict"]) else "budget-dependent")
-        runs = [p for k in ("a_runs", "b_runs") for p in str(r.get(k) or "").split(";") if p and p != "nan"]
+        runs = _run_folders(r)
         cost, where = _budget_cost(run_minutes(runs, root), bound)
-        runs_2x = [p for k in ("a_runs", "b_runs") for p in str(t.get(k) or "").split(";") if p and p != "nan"] if n else []
+        runs_2x, p = _run_folders(t) if n else [], TABLES[CLAIMS[r["claim"]].table].percent
         hw_2x = run_hw(runs_2x, root)
         if hw_2x: where = f"ran on {hw_2x}"
         g = r.get("gain_seeds"); read = isinstance(g, (int, float, np.number)) and g > 1
         moving = toward(r) if read and still_moving(r) else "no" if read else "not read"
         rows.append(dict(claim=r["claim"], verdict=r["verdict"], settings=r.get("settings", ""), moving=moving, verdict_2x=t["verdict"] if n else "",
-                         ours_2x=(f"{t['ours_diff']:+.4g} [{t['ci_low']:+.4g}, {t['ci_high']:+.4g}]" if n >= 2 else ""),
+                         ours_2x=(f"{_f(t['ours_diff'], p)} [{_f(t['ci_low'], p)}, {_f(t['ci_high'], p)}]" if n >= 2 else ""),
                          seeds_2x=n, budget=label, cost=cost, where=where,
                          also_changed=also_changed(run_hw(runs, root), hw_2x) if n >= MIN_SEEDS else ""))
     return pd.DataFrame(rows, columns=cols)
