@@ -32,7 +32,7 @@ from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
 __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker', 'sample_dir_of', 'config_key',
-           'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'dev_predictions_here',
+           'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'restore_dev_predictions',
            'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
            'run_precisions', 'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes',
@@ -139,8 +139,9 @@ def unpack_dev_predictions(run) -> list:
     "Write the dev prediction files of run folder `run`'s pack back into `run/predictions/` (`unpack_predictions`); the files written"
     return unpack_predictions(run)
 
-def dev_predictions_here(run) -> bool:
-    "`has_dev_predictions`, the files written back from the pack first where only the pack is here (what an ensemble reads)"
+def restore_dev_predictions(run) -> bool:
+    """Whether `run` has its dev predictions (`has_dev_predictions`), after writing the files back from its pack where only the pack
+    is here: what an ensemble calls before it reads them"""
     run = Path(run)
     if has_dev_predictions(run) and not all(plain_or_gz(f).is_file() for f in _dev_files(run)): unpack_dev_predictions(run)
     return has_dev_predictions(run)
@@ -376,7 +377,7 @@ def _ensemble_record(table:PaperTable, row:Row, rec:dict, out, scale:str, progre
     members = [run_row(table, table.row(n), out, scale, progress, keep_checkpoints, **overrides) for n in row.ensemble]
     lacking = [m["row"] for m in members if m["status"] != "ok"]
     if lacking: return dict(rec, status="not run", reason=f"members not run: {', '.join(lacking)}")
-    gone = [m["folder"] for m in members if not all(dev_predictions_here(r) for r in m["runs"])]
+    gone = [m["folder"] for m in members if not all(restore_dev_predictions(r) for r in m["runs"])]
     if gone: return dict(rec, status="not run", reason=f"the dev predictions of members {', '.join(gone)} are gone (neither the prediction "
                          f"files, which stay on the machine a run trained on, nor a pack of them, {PACK}): delete those folders to train them again here")
     t0, dirs = time.time(), [m["runs"][0] for m in members]
