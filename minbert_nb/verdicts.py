@@ -21,16 +21,16 @@ from .claims import Claim, CLAIMS, differs_text
 
 # %% auto #0
 __all__ = ['MIN_SEEDS', 'CSV_COLUMNS', 'PAPER_SETTING', 'HOLM_ALPHA', 'EXTRA_COLUMNS', 'HOLM_UNTESTED', 'EARLIER',
-           'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'PRECISION_RESULTS', 'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci',
-           'verdict', 'null_verdict', 'within_verdict', 'claim_verdict', 'table_folders', 'pick_folder', 'is_stale',
-           'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat', 'run_compute', 'table_setting',
-           'last_epoch_gains', 'by_device', 'member_pairs', 'member_text', 'added_seeds', 'judge', 'claims_frame',
-           'p_value', 'agreement', 'equivalence', 'null_p_value', 'within_p_value', 'holm', 'seeds_needed',
-           'with_readings', 'earlier_folders', 'verdicts_frame', 'superseded_earlier', 'keep_earlier_verdicts',
-           'plot_claims', 'compute_text', 'still_moving', 'selection_text', 'moving_text', 'toward', 'device_text',
-           'budget_text', 'summary_table', 'readings_text', 'precision_frame', 'precision_lines', 'moved_frame',
-           'moved_lines', 'budget_notes', 'budget_claim_line', 'report_markdown', 'run_minutes', 'run_hw',
-           'also_changed', 'budget_frame', 'budget_lines', 'write_report']
+           'EARLIER_CLAIMS', 'EARLIER_COLUMNS', 'PRECISION_RESULTS', 'BUDGET_DEPENDENT', 'BUDGET_HOLDS',
+           'BUDGET_CPU_MINUTES', 'student_t', 'paired_ci', 'verdict', 'null_verdict', 'within_verdict', 'claim_verdict',
+           'table_folders', 'pick_folder', 'is_stale', 'row_runs', 'row_value', 'last_epoch_metrics', 'scale_caveat',
+           'run_compute', 'table_setting', 'last_epoch_gains', 'by_device', 'member_pairs', 'member_text',
+           'added_seeds', 'judge', 'claims_frame', 'p_value', 'agreement', 'equivalence', 'null_p_value',
+           'within_p_value', 'holm', 'seeds_needed', 'with_readings', 'earlier_folders', 'verdicts_frame',
+           'superseded_earlier', 'keep_earlier_verdicts', 'plot_claims', 'compute_text', 'still_moving',
+           'selection_text', 'moving_text', 'toward', 'device_text', 'budget_text', 'summary_table', 'readings_text',
+           'precision_frame', 'precision_lines', 'moved_frame', 'moved_lines', 'budget_notes', 'budget_claim_line',
+           'report_markdown', 'run_minutes', 'run_hw', 'also_changed', 'budget_frame', 'budget_lines', 'write_report']
 
 # %% ../nbs/16d_verdicts.ipynb #3cb63aa5
 MIN_SEEDS = 3
@@ -896,17 +896,19 @@ def moved_lines(mv:pd.DataFrame) -> list:
                    f"{r.earlier_verdict} | {iv(r.ours_diff, r.ci_low, r.ci_high, p)} | {'**' * r.moved}{r.verdict}{'**' * r.moved} |")
     return out + [""]
 
+BUDGET_DEPENDENT, BUDGET_HOLDS = "budget-dependent", "holds at twice the budget"   # the two readings of the budget question that count
+
 def budget_notes(bq:pd.DataFrame|None) -> dict:
     "claim -> what the budget question found, said after its verdict at the report's top: only where its runs at twice the budget were read"
     if bq is None or bq.empty: return {}
-    return {r.claim: f"{r.verdict_2x} at twice the budget" + (" (budget-dependent)" if r.budget == "budget-dependent" else " (holds)")
-            for r in bq.itertuples() if r.budget in ("budget-dependent", "holds at twice the budget")}
+    return {r.claim: f"{r.verdict_2x} at twice the budget" + (f" ({BUDGET_DEPENDENT})" if r.budget == BUDGET_DEPENDENT else " (holds)")
+            for r in bq.itertuples() if r.budget in (BUDGET_DEPENDENT, BUDGET_HOLDS)}
 
 def budget_claim_line(bq:pd.DataFrame|None, claim:str) -> str|None:
     "The line of a claim's section of report.md on the budget question (`budget_frame`): None where its runs at twice the budget were not read"
     if bq is None or bq.empty or claim not in set(bq["claim"]): return None
     r = bq.set_index("claim").loc[claim]
-    if r.budget not in ("budget-dependent", "holds at twice the budget"): return None
+    if r.budget not in (BUDGET_DEPENDENT, BUDGET_HOLDS): return None
     return (f"- at twice the budget (scale {BUDGET_SCALE}, {_n(int(r.seeds_2x), 'seed')}, {r['where']}): {r.verdict_2x} {r.ours_2x}; {r.budget}"
             + (f"; changed beside the budget: {r.also_changed}" if r.also_changed else ""))
 
@@ -1009,10 +1011,11 @@ def budget_frame(df:pd.DataFrame, results, root=".", scale:str=BUDGET_SCALE, bou
         t = twice.loc[r["claim"]]; n = int(t["seeds"])
         label = ("not run at twice the budget" if n < MIN_SEEDS else
                  "not compared: the verdict rests on earlier settings" if r.get("settings") == "earlier" else   # two changes at once
-                 "holds at twice the budget" if base(t["verdict"]) == base(r["verdict"]) else "budget-dependent")
+                 BUDGET_HOLDS if base(t["verdict"]) == base(r["verdict"]) else BUDGET_DEPENDENT)
         runs = _run_folders(r)
         cost, where = _budget_cost(run_minutes(runs, root), bound)
-        runs_2x, p = _run_folders(t) if n else [], TABLES[CLAIMS[r["claim"]].table].percent
+        runs_2x = _run_folders(t) if n else []
+        p = TABLES[CLAIMS[r["claim"]].table].percent
         hw_2x = run_hw(runs_2x, root)
         if hw_2x: where = f"ran on {hw_2x}"
         g = r.get("gain_seeds"); read = isinstance(g, (int, float, np.number)) and g > 1
