@@ -490,14 +490,17 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
     return records
 
-def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False) -> list:
+def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False, threads:int|None=None) -> list:
     """The wall minutes of each finished seed of `row` in the table folder `root` (its seed-K folders, or itself) trained on
     `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
     ensemble, which took seconds, are left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
     that trained in it count where any did (a CPU with native bf16 trains about twice as fast as one without trains fp32:
     the two do not time each other), else every seed does, unless `strict`; a seed whose metrics.json names none counts in either.
     A CPU run in bf16 on a CPU without native bf16 (metrics.json's `cpu_native_bf16` false) ran several times slower again:
-    it times a bf16 call only where no seed ran at a native pace (with `strict`, never)"""
+    it times a bf16 call only where no seed ran at a native pace (with `strict`, never).
+    `threads` (a CPU call's `torch.get_num_threads()`): of those, only the seeds that trained with as many threads (metrics.json's
+    `threads`) count where any did: a CPU run's pace goes with its threads (one 2-thread worker trains a row of Wang (004)'s
+    Table 3 in about 45 min, each of two 1-thread workers side by side in about 90); a seed that records no threads matches none"""
     out = []
     for f in sorted(Path(root).glob("seed-*")) or [Path(root)]:
         rec = row_record(f, table, row)
@@ -506,9 +509,11 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
         if (len(ms) == len(rec["runs"]) and not any("copied_from" in m for m in ms)
                 and all(device_type(m) == device and m.get("wall_time_s") for m in ms)):
             slow = ms[0].get("amp") == "bfloat16" and device == "cpu" and ms[0].get("cpu_native_bf16") is False
-            out.append(("bfloat16 without native bf16" if slow else ms[0].get("amp"), sum(m["wall_time_s"] for m in ms) / 60))
-    same = [m for a, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
-    return same if same or strict else [m for _, m in out]
+            out.append(("bfloat16 without native bf16" if slow else ms[0].get("amp"), ms[0].get("threads"), sum(m["wall_time_s"] for m in ms) / 60))
+    same = [(t, m) for a, t, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
+    pick = same if same or strict else [(t, m) for _, t, m in out]
+    mine = [m for t, m in pick if threads is not None and t == threads]
+    return mine or [m for _, m in pick]
 
 def time_ratio(table:PaperTable, root, rough, device:str, precision:str) -> tuple:
     """How many times longer `table`'s rows train under `root` in `precision` than the same rows' runs under `rough` took (the
@@ -534,18 +539,18 @@ def alike_rows(table:PaperTable, row:Row, scale:str) -> list:
     key = lambda r: _shape(row_configs(table, r, scale))
     return [r for r in table.rows if r is not row and not r.ensemble and key(r) == key(row)] if not row.ensemble else []
 
-def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None, scale:str|None=None) -> tuple:
+def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None, scale:str|None=None, threads:int|None=None) -> tuple:
     """`row_minutes` of `row` in the table folder `root`, else in the same table's folder under `earlier` (the earlier
     settings' runs), else, given the `scale`, those in `precision` of the rows in `root` built like it (`alike_rows`): the
     minutes, the folder they came from (None where none has a finished seed), whether none of them trained in `precision`,
     the `time_ratio` that scales them where they are rough (another folder, another precision), and the rows built alike
-    that timed it (none where its own seeds did)"""
+    that timed it (none where its own seeds did). `threads`: each `row_minutes` prefers the seeds that ran with as many"""
     root = Path(root)
     for f in (root, earlier and Path(earlier)/root.name):
-        if f and (took := row_minutes(table, row, f, device, precision)):
+        if f and (took := row_minutes(table, row, f, device, precision, threads=threads)):
             alien = not row_minutes(table, row, f, device, precision, strict=True)
             return took, Path(f), alien, time_ratio(table, root, f, device, precision) if alien or Path(f) != root else (None, 0), []
-    timed = {r.name: m for r in (alike_rows(table, row, scale) if scale else []) if (m := row_minutes(table, r, root, device, precision, strict=True))}
+    timed = {r.name: m for r in (alike_rows(table, row, scale) if scale else []) if (m := row_minutes(table, r, root, device, precision, strict=True, threads=threads))}
     if timed: return [x for m in timed.values() for x in m], root, False, (None, 0), list(timed)
     return [], None, False, (None, 0), []
 
@@ -558,8 +563,8 @@ def row_progress(table:PaperTable, row:Row, out) -> float:
 def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, earlier=None, **kw) -> dict:
     """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
     those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
-    `row_progress`) than the time left: then a row that would train stays not run (no row.json), and a later, shorter row may
-    still start. A row no seed of which has finished here is timed by its runs in the same table folder under `earlier` (runs of
+    `row_progress`; on a CPU, of those that trained with this process's threads where any did) than the time left: then a row
+    that would train stays not run (no row.json), and a later, shorter row may still start. A row no seed of which has finished here is timed by its runs in the same table folder under `earlier` (runs of
     an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, else by the seeds the rows built like it
     (`alike_rows`) finished here, and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
@@ -575,7 +580,8 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     else:
         root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
         dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
-        took, src, alien, (ratio, n), like = rough_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"))
+        took, src, alien, (ratio, n), like = rough_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"),
+                                                           threads=torch.get_num_threads() if dev == "cpu" else None)
     if not why and src is not None:
         alien = f", none of them in {prec} as this call trains" if alien else ""
         scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""

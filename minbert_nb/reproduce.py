@@ -421,7 +421,8 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
                native:bool|None=None) -> list:
     """Lines saying about how long each of `calls` (`plan_commands` of `plan`) takes: per row it trains, the median of
     `row_minutes` on the call's device under `results`, else under `earlier` (marked *), of the seeds that trained in the call's
-    precision where any did (else of all, and the line says how many rows were timed so), less the share a stopped run of
+    precision where any did (else of all, and the line says how many rows were timed so), and of those on the CPU the seeds
+    that trained with as many threads as this process has (metrics.json's `threads`) where any did, less the share a stopped run of
     the row has checkpointed for that seed (`row_progress`: it resumes there); copies and ensembles count nothing. A row
     timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways;
     a row timed neither here nor earlier is timed by the rows built like it but for real-valued settings (`alike_rows`).
@@ -438,7 +439,8 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
             root = Path(results)/f"{t_id}-{scale}"
-            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale)   # scaled where rough (16b_ablate)
+            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale,   # scaled where rough (16b_ablate)
+                                                      threads=torch.get_num_threads() if dev == "cpu" else None)
             old += src is not None and src != root; alien += other; alike += bool(like)
             if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
             left = 1 - row_progress(TABLES[t_id], r, seed_dir(root, s))

@@ -600,6 +600,7 @@ def _metrics(self:Run) -> dict:
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=precision_name(self.amp_dtype),
              cpu_native_bf16=cpu_has_native_bf16() if self.device.type == "cpu" else None,   # bf16's pace on a CPU: many times apart
+             threads=torch.get_num_threads() if self.device.type == "cpu" else None,  # and its threads: a CPU run's pace goes with them
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, pack_multiple=self.model.bert.pack_multiple if self.model.bert.unpad and self.device.type == "cpu" else None, malloc=cpu_malloc(), sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
