@@ -490,7 +490,8 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
     return records
 
-def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False, threads:int|None=None) -> list:
+def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False, threads:int|None=None,
+                same_threads:bool=False) -> list:
     """The wall minutes of each finished seed of `row` in the table folder `root` (its seed-K folders, or itself) trained on
     `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
     ensemble, which took seconds, are left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
@@ -500,7 +501,8 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
     it times a bf16 call only where no seed ran at a native pace (with `strict`, never).
     `threads` (a CPU call's `torch.get_num_threads()`): of those, only the seeds that trained with as many threads (metrics.json's
     `threads`) count where any did: a CPU run's pace goes with its threads (one 2-thread worker trains a row of Wang (004)'s
-    Table 3 in about 45 min, each of two 1-thread workers side by side in about 90); a seed that records no threads matches none"""
+    Table 3 in about 45 min, each of two 1-thread workers side by side in about 90); a seed that records no threads matches none.
+    `same_threads`: those seeds only (none where none ran so)"""
     out = []
     for f in sorted(Path(root).glob("seed-*")) or [Path(root)]:
         rec = row_record(f, table, row)
@@ -513,7 +515,7 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
     same = [(t, m) for a, t, m in out if precision in (None, a) or a is None]   # a run that records no precision counts as either
     pick = same if same or strict else [(t, m) for _, t, m in out]
     mine = [m for t, m in pick if threads is not None and t == threads]
-    return mine or [m for _, m in pick]
+    return mine if mine or same_threads else [m for _, m in pick]
 
 def time_ratio(table:PaperTable, root, rough, device:str, precision:str) -> tuple:
     """How many times longer `table`'s rows train under `root` in `precision` than the same rows' runs under `rough` took (the
@@ -544,13 +546,16 @@ def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, ea
     settings' runs), else, given the `scale`, those in `precision` of the rows in `root` built like it (`alike_rows`): the
     minutes, the folder they came from (None where none has a finished seed), whether none of them trained in `precision`,
     the `time_ratio` that scales them where they are rough (another folder, another precision), and the rows built alike
-    that timed it (none where its own seeds did). `threads`: each `row_minutes` prefers the seeds that ran with as many"""
+    that timed it (none where its own seeds did). `threads`: each `row_minutes` prefers the seeds that ran with as many, and of
+    the rows built alike, only the seeds that ran so count where any did"""
     root = Path(root)
     for f in (root, earlier and Path(earlier)/root.name):
         if f and (took := row_minutes(table, row, f, device, precision, threads=threads)):
             alien = not row_minutes(table, row, f, device, precision, strict=True)
             return took, Path(f), alien, time_ratio(table, root, f, device, precision) if alien or Path(f) != root else (None, 0), []
-    timed = {r.name: m for r in (alike_rows(table, row, scale) if scale else []) if (m := row_minutes(table, r, root, device, precision, strict=True, threads=threads))}
+    alike = alike_rows(table, row, scale) if scale else []
+    timed = {r.name: m for r in alike if (m := row_minutes(table, r, root, device, precision, strict=True, threads=threads, same_threads=True))}
+    timed = timed or {r.name: m for r in alike if (m := row_minutes(table, r, root, device, precision, strict=True))}
     if timed: return [x for m in timed.values() for x in m], root, False, (None, 0), list(timed)
     return [], None, False, (None, 0), []
 
