@@ -35,8 +35,8 @@ __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker'
            'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'restore_dev_predictions',
            'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
-           'run_precisions', 'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes',
-           'row_progress', 'run_table']
+           'run_precisions', 'auto_precision', 'call_threads', 'row_minutes', 'time_ratio', 'alike_rows',
+           'rough_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -459,6 +459,10 @@ def auto_precision(device:str="cpu") -> str:
     "The precision `amp auto` trains in on this machine's `device`: 'bfloat16' or 'fp32' (on a CPU `MINBERT_CPU_BF16`, else its features; 00_core)"
     return precision_name(amp_dtype(TrainConfig(), torch.device(device)))
 
+def call_threads(device:str="cpu") -> int|None:
+    "The threads this process trains with on `device` (a type): `torch.get_num_threads()` on a CPU, whose pace goes with them; None elsewhere"
+    return torch.get_num_threads() if device == "cpu" else None
+
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     """Refuse to add runs on `device` beside finished runs of another device, or of this device in another precision than
     `amp auto` gives here: a claim's rows must not mix devices or precisions within a seed. An ensemble of finished members
@@ -569,7 +573,8 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
     those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
     `row_progress`; on a CPU, of those that trained with this process's threads where any did) than the time left: then a row
-    that would train stays not run (no row.json), and a later, shorter row may still start. A row no seed of which has finished here is timed by its runs in the same table folder under `earlier` (runs of
+    that would train stays not run (no row.json), and a later, shorter row may still start. A row no seed of which has
+    finished here is timed by its runs in the same table folder under `earlier` (runs of
     an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, else by the seeds the rows built like it
     (`alike_rows`) finished here, and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
@@ -586,7 +591,7 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
         root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
         dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
         took, src, alien, (ratio, n), like = rough_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"),
-                                                           threads=torch.get_num_threads() if dev == "cpu" else None)
+                                                           threads=call_threads(dev))
     if not why and src is not None:
         alien = f", none of them in {prec} as this call trains" if alien else ""
         scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""

@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
+                               trains_nothing, run_precisions, auto_precision, call_threads, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -440,7 +440,7 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
             root = Path(results)/f"{t_id}-{scale}"
             m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale,   # scaled where rough (16b_ablate)
-                                                      threads=torch.get_num_threads() if dev == "cpu" else None)
+                                                      threads=call_threads(dev))
             old += src is not None and src != root; alien += other; alike += bool(like)
             if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
             left = 1 - row_progress(TABLES[t_id], r, seed_dir(root, s))
