@@ -60,6 +60,19 @@ def test_pack_png_keeps_the_figure_and_its_key(tmp_path):
     assert PK.pack_png(f) == 0                                                    # once is enough: a palette PNG is left alone
 
 
+def test_committed_figures_carry_a_palette():
+    "Every tracked figure under results/ is stored as pack_results leaves it: a landing that drew figures after packing shows here"
+    from PIL import Image
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    pngs = [ROOT/p for p in _tracked() if p.endswith(".png") and (ROOT/p).is_file()]
+    def full_colour(f):
+        with Image.open(f) as im: mode = im.mode
+        return mode not in ("P", "L", "1") and PK.pack_png(f, apply=False) > 0      # a dry run: measures, changes nothing
+    big = [str(f.relative_to(ROOT)) for f in pngs if full_colour(f)]
+    assert pngs and not big, f"{len(big)} figures under results/ are stored in full colour, e.g. {big[:3]}: run python tools/pack_results.py --apply"
+
+
 def test_no_earlier_table_that_nothing_reads():
     "A table folder of results/ablate-scale-rates whose every claim has re-run at 3 seeds under results/ablate is not carried"
     spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
