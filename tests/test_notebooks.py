@@ -124,3 +124,23 @@ def test_a_notebook_kernel_that_dies_at_start_is_started_again():
     with pytest.raises(RuntimeError, match="Kernel died"):
         root._start_kernel_retrying(_start=always_dies)
     assert len(calls) == root.KERNEL_STARTS == 3
+
+
+def test_make_nbs_scratch_names_do_not_shift(tmp_path):
+    """`make nbs` seeds tempfile's names (tools/nbs_site) so a re-saved notebook prints the same scratch folders: a name drawn
+    once for another folder (the data cache's file on a miss) must not shift the names of the folders a notebook prints"""
+    import os, shutil, subprocess, sys
+    probe = ("import os, sys, tempfile\n"
+             "a = tempfile.mkdtemp()\n"
+             "if sys.argv[1] == '1': os.close(tempfile.mkstemp(dir=sys.argv[2])[0])\n"
+             "b = tempfile.mkdtemp()\n"
+             "print(os.path.basename(a), os.path.basename(b))\n")
+    site = Path(__file__).resolve().parents[1]/"tools"/"nbs_site"
+    def names(extra):                                   # a re-run: the same TMPDIR as `make nbs` names it, made anew
+        tmp, other = tmp_path/"minbert-nbs-x", tmp_path/"cache"
+        for d in (tmp, other): shutil.rmtree(d, ignore_errors=True); d.mkdir()
+        env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(site))
+        return subprocess.run([sys.executable, "-c", probe, extra, str(other)], env=env, capture_output=True, text=True, check=True).stdout.split()
+    first, again, shifted = names("0"), names("0"), names("1")
+    assert first == again and first[0] != first[1]      # the same names at every re-run, unique within one
+    assert shifted == first, f"a name drawn for another folder moved the scratch names: {first} then {shifted}"
