@@ -153,3 +153,29 @@ def test_pack_results_packs_a_kept_runs_dev_predictions(tmp_path):
     assert sorted(f.name for f in (run/"predictions").iterdir()) == ["para-test-output.csv.gz"]   # the test file stays a file
     after = read_predictions(prediction_path(run, "para", "dev"), "para"), read_raw(raw_path(run, "para", "dev"), "para")
     assert all(a.equals(b) for a, b in zip(before, after))
+
+
+def test_pack_results_drops_what_a_pack_gives_back(tmp_path):
+    """A table row copied from another table's run (`copied_from`) reads its dev predictions from that run's pack: the files an
+    ensemble wrote back beside it are dropped, not committed a second time, and the ensemble's member still reads the same rows"""
+    spec = importlib.util.spec_from_file_location("pack_results", ROOT/"tools"/"pack_results.py")
+    PK = importlib.util.module_from_spec(spec); spec.loader.exec_module(PK)
+    from minbert_nb.evaluate import PACK, write_predictions, write_raw, prediction_path, raw_path, read_predictions, pack_predictions
+    import numpy as np, pandas as pd
+    res = tmp_path/"results"; twin, copy, ens = res/"ablate"/"T3"/"twin", res/"ablate"/"T4"/"copy", res/"ablate"/"T4"/"ens"
+    ids = [f"{k:025x}" for k in range(300)]
+    df = pd.DataFrame(dict(id=ids, pred=np.arange(300) % 2, raw=np.random.default_rng(0).normal(size=300).astype(np.float32)))
+    for run in (twin, copy):
+        write_predictions(df, "para", prediction_path(run, "para", "dev")); write_raw(df, "para", raw_path(run, "para", "dev"))
+    pack_predictions(twin, [prediction_path(twin, "para", "dev"), raw_path(twin, "para", "dev")], res)
+    for f in (twin/"predictions").iterdir(): f.unlink()
+    (copy/"metrics.json").write_text(json.dumps(dict(copied_from="T3/twin")))
+    other = res/"ablate"/"T4"/"other"                                            # a member no pack holds: its files stay
+    write_predictions(df, "para", prediction_path(other, "para", "dev"))
+    ens.mkdir(parents=True); (ens/"config.json").write_text(json.dumps(dict(members=[str(copy), str(other)], methods=dict(para="vote"))))
+    before = read_predictions(prediction_path(copy, "para", "dev"), "para")
+    assert PK.in_pack(prediction_path(copy, "para", "dev")) and not PK.in_pack(prediction_path(other, "para", "dev"))
+    PK.main(["--results", str(res), "--headline", "--apply"])
+    assert not (copy/PACK).exists() and not any((copy/"predictions").glob("*")), "the copy's files are its twin's pack"
+    assert [f.name for f in (other/"predictions").iterdir()] == ["para-dev-output.csv.gz"]
+    assert read_predictions(prediction_path(copy, "para", "dev"), "para").equals(before)

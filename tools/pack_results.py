@@ -9,8 +9,9 @@ What reads a run's predictions, and so keeps them:
     run, keeps config, metrics and history only: run it again for its predictions);
   - an ensemble folder keeps its own test predictions (the CS224N submission files); its dev predictions are dropped, as
     `minbert_ensemble` writes them again exactly from the kept members and metrics.json keeps their scores.
-Every other prediction file is removed (run folders keep config.json, metrics.json, history.csv and figures/; headroom.json
-keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time), and a kept run's dev
+A kept file that its run's pack already gives back byte for byte (the run's own pack, or, for a row copied from another
+table's run, that run's) is removed too. Every other prediction file is removed (run folders keep config.json,
+metrics.json, history.csv and figures/; headroom.json keeps each run's dev scores). Kept files become FILE.csv.gz (gzip, mtime 0: the same bytes every time), and a kept run's dev
 prediction files are then packed into its dev-predictions.json.gz (`pack_predictions`, 08f_evaluate: the ids once, in
 results/dev-ids/, raw outputs as float32; checked to give every file back byte for byte), which every reader reads as it
 reads the files. Packs made before raw outputs were stored as float32 (format 1) are packed again the same way. Rows of
@@ -36,7 +37,7 @@ from PIL import Image, PngImagePlugin
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minbert_nb.data import plain_or_gz
-from minbert_nb.evaluate import PACK, pack_format, pack_predictions, unpack_predictions, _pack_files
+from minbert_nb.evaluate import PACK, pack_format, pack_predictions, packed_text, unpack_predictions, _pack_files
 RAW_METHODS = {"logits"}
 # earlier table folders the docs show as they are (nbs/tutorials/19_reproduce_a_table: "the quick results we measured"):
 # kept when the report reads them no more
@@ -66,8 +67,15 @@ def plan(results:Path, headline, skip) -> dict:
         if run in {e.resolve() for e in ens}: keep = "-test-" in f.name and "-output" in f.name
         elif "-raw" in f.name: keep = run in raw_read
         else: keep = run in read
-        out[f] = "keep" if keep else "drop"
+        out[f] = "keep" if keep and not in_pack(f) else "drop"
     return out
+
+def in_pack(f:Path) -> bool:
+    """Whether its run's pack gives prediction file `f` back byte for byte: the run's own pack, or, for a copy of another run
+    (`copied_from`: a table row built exactly like another table's), that run's (`pack_of`); the file is then not needed"""
+    try: text = packed_text(f)
+    except (FileNotFoundError, ValueError): return False
+    return text is not None and (gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()).decode("utf-8") == text
 
 def to_pack(pl:dict, results:Path) -> dict:
     "{run folder: its kept dev prediction files} of the runs outside the tables' folders (results/ablate*), which pack their own"
