@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
-from .core import set_seed, default_device, code_version, cpu_has_native_bf16
+from .core import set_seed, default_device, code_version, cpu_has_native_bf16, call_threads
 from .data import DataError, find_data_dir, sample_data_dir, plain_or_gz, read_bytes, TASK_METRIC
 from .run_data import run_files
 from .fetch import ensure_data
@@ -35,8 +35,8 @@ __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker'
            'has_dev_predictions', 'pack_dev_predictions', 'unpack_dev_predictions', 'restore_dev_predictions',
            'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
-           'run_precisions', 'auto_precision', 'call_threads', 'row_minutes', 'time_ratio', 'alike_rows',
-           'rough_minutes', 'row_progress', 'run_table']
+           'run_precisions', 'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes',
+           'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -458,10 +458,6 @@ def run_precisions(folder, device:str) -> set:
 def auto_precision(device:str="cpu") -> str:
     "The precision `amp auto` trains in on this machine's `device`: 'bfloat16' or 'fp32' (on a CPU `MINBERT_CPU_BF16`, else its features; 00_core)"
     return precision_name(amp_dtype(TrainConfig(), torch.device(device)))
-
-def call_threads(device:str="cpu") -> int|None:
-    "The threads this process trains with on `device` (a type): `torch.get_num_threads()` on a CPU, whose pace goes with them; None elsewhere"
-    return torch.get_num_threads() if device == "cpu" else None
 
 def _check_device(folder:Path, todo:list, table:PaperTable, device:str):
     """Refuse to add runs on `device` beside finished runs of another device, or of this device in another precision than

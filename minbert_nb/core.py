@@ -16,7 +16,7 @@ import minbert_nb
 
 # %% auto #0
 __all__ = ['HF_METADATA_KEYS', 'HF_FIXED_KEYS', 'BertConfig', 'tiny_config', 'set_seed', 'default_device', 'cpu_has_native_bf16',
-           'cpu_bf16_supported', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded', 'cpu_malloc',
+           'cpu_bf16_supported', 'call_threads', 'tune_cpu_allocator', 'find_jemalloc', 'jemalloc_loaded', 'cpu_malloc',
            'restart_with_jemalloc', 'count_params', 'to_device', 'stamp_figure', 'code_version', 'stamp_run_figure',
            'arg_parser', 'add_arg', 'quiet_on_closed_pipe', 'cli_parser', 'cli']
 
@@ -137,6 +137,10 @@ def cpu_bf16_supported() -> bool:
     if env: raise ValueError(f"MINBERT_CPU_BF16={env!r}: expected 0 (amp auto trains in fp32 on the CPU) or 1 (in bf16), "
                              "or unset it to let the CPU's features decide.")
     return cpu_has_native_bf16()
+
+def call_threads(device:str="cpu") -> int|None:
+    "The threads a run trains with on `device` (a type): `torch.get_num_threads()` on a CPU, whose pace goes with them; None elsewhere"
+    return torch.get_num_threads() if device == "cpu" else None
 
 # %% ../nbs/00_core.ipynb #6f537de6
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3   # glibc mallopt parameters (malloc.h)

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 from pathlib import Path
 from tqdm.auto import tqdm
-from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe, cpu_has_native_bf16
+from .core import arg_parser, add_arg, default_device, restart_with_jemalloc, quiet_on_closed_pipe, cpu_has_native_bf16, call_threads
 from .data import DataError
 from .config import TrainConfig
 from .checkpoint import write_json
@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, call_threads, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 

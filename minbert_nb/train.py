@@ -16,7 +16,7 @@ from fastcore.basics import patch
 from tqdm.auto import tqdm
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
-from .core import set_seed, default_device, cpu_bf16_supported, cpu_has_native_bf16, tune_cpu_allocator, cpu_malloc, to_device, stamp_run_figure, code_version
+from .core import set_seed, default_device, cpu_bf16_supported, cpu_has_native_bf16, call_threads, tune_cpu_allocator, cpu_malloc, to_device, stamp_run_figure, code_version
 from .attention import configure_sdpa
 from .fused import use_fused_epilogues
 from .pretrained import load_tokenizer, resolve_checkpoint, backbone_name
@@ -600,7 +600,7 @@ def _metrics(self:Run) -> dict:
              train_files=data["files"], data_time_s=self.data_time, data_cache=data["cache"]["status"], data_cache_path=data["cache"]["path"],
              device=str(self.device), amp=precision_name(self.amp_dtype),
              cpu_native_bf16=cpu_has_native_bf16() if self.device.type == "cpu" else None,   # bf16's pace on a CPU: many times apart
-             threads=torch.get_num_threads() if self.device.type == "cpu" else None,  # and its threads: a CPU run's pace goes with them
+             threads=call_threads(self.device.type),  # and its threads: a CPU run's pace goes with them
              wall_time_s=self.wall0 + time.time() - self.t0, resumed=bool(self.resume), world_size=self.world, dist_backend=self.backend,
              pad_multiple=self.pad_multiple, unpad=self.model.bert.unpad, pack_multiple=self.model.bert.pack_multiple if self.model.bert.unpad and self.device.type == "cpu" else None, malloc=cpu_malloc(), sdpa=self.sdpa or None, fused_epilogues=self.fused,
              compile=dict(backend=cfg.compile_backend, mode=cfg.compile_mode, graphs=_compiled_graphs() - self.graphs0) if cfg.compile else None,
