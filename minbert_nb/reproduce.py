@@ -432,25 +432,26 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
     A last line warns where calls train in bf16 on the CPU and this CPU has no native bf16 (`native`: default, whether it has,
     `cpu_has_native_bf16`): their times come from runs that trained at a CPU's bf16 pace, many times what they train at here"""
     here, lines, total, star, never, slow = here_device(device), [], {}, False, 0, []
+    times = SCALES[BUDGET_SCALE][BUDGET] / SCALES[REPORT_SCALE][BUDGET]   # the budget question's examples over the report's (2)
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
         prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
         if prec == "bfloat16" and dev == "cpu": slow.append((f"{t_id} seed {s}", "--cpu_bf16" in c))
         mins, timed, old, untimed, free, alien, scaled, alike, base = 0.0, 0, 0, 0, 0, 0, {}, 0, 0
+        threads = call_threads(dev)
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
-            root = Path(results)/f"{t_id}-{scale}"
-            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale,   # scaled where rough (16b_ablate)
-                                                      threads=call_threads(dev))
+            home = root = Path(results)/f"{t_id}-{scale}"
+            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale, threads=threads)   # 16b_ablate
             if not m and scale == BUDGET_SCALE != REPORT_SCALE:   # never finished at twice the budget: its report-scale time, scaled
                 root = Path(results)/f"{t_id}-{REPORT_SCALE}"
-                m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, REPORT_SCALE, threads=call_threads(dev))
-                k = SCALES[scale][BUDGET] / SCALES[REPORT_SCALE][BUDGET]; m = [x * k for x in m]; base += bool(m)
+                m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, REPORT_SCALE, threads=threads)
+                m = [x * times for x in m]; base += bool(m)
             old += src is not None and src != root; alien += other; alike += bool(like)
             if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
-            left = 1 - row_progress(TABLES[t_id], r, seed_dir(Path(results)/f"{t_id}-{scale}", s))
+            left = 1 - row_progress(TABLES[t_id], r, seed_dir(home, s))
             if m: mins, timed = mins + float(np.median(m)) * left, timed + 1
             else: untimed += 1
         star, never, total[dev] = star or bool(old), never + untimed, total.get(dev, 0) + mins
@@ -458,7 +459,7 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
                      + (f", {old} of them from earlier runs*" if old else "") + (f", {alien} from runs in another precision than its {prec}" if alien else "")
                      + "".join(f", {k} scaled by x{f:.1f}, the median ratio of the table's {n} row(s) timed both ways" for (f, n), k in scaled.items())
                      + (f", {alike} by the rows built like them but for real-valued settings" if alike else "")
-                     + (f", {base} from runs at scale {REPORT_SCALE} times {SCALES[scale][BUDGET] / SCALES[REPORT_SCALE][BUDGET]:g}, "
+                     + (f", {base} from runs at scale {REPORT_SCALE} times {times:g}, "
                         "its examples' ratio (a little over: the dev passes are as many)" if base else "")
                      + (f"; {untimed} never run on {dev}, not counted" if untimed else "")
                      + (f"; {free} copied from a twin row or ensembled: seconds" if free else "") + ")")
