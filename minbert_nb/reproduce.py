@@ -189,7 +189,9 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
     devices within a seed (`run_table` refuses), so the rest of that seed waits for such a machine (`calls_here`), but for a call
     that trains nothing (ensembles of finished members, which combine their dev predictions anywhere); `device`:
     the one the calls will train on (default: this machine's best). A CPU seed whose finished runs trained in another precision
-    than `amp auto` gives here gets `--cpu_bf16` their precision (nor may a seed mix precisions: 16b_ablate)"""
+    than `amp auto` gives here gets `--cpu_bf16` their precision (nor may a seed mix precisions: 16b_ablate); at another scale than
+    the report's (the budget question), a seed with no finished run there keeps the precision of its runs at the report's scale:
+    the budget is what the question varies, not the precision"""
     calls, todo, here = [], plan[plan["missing"].map(len) > 0], here_device(device)
     for table, g in sorted(todo.groupby("table", sort=False), key=lambda tg: table_priority(tg[0])):
         for s in sorted({s for m in g["missing"] for s in m}):
@@ -198,6 +200,8 @@ def plan_commands(plan:pd.DataFrame, scale:str=REPORT_SCALE, device:str|None=Non
             dev, f = seed_device(rows["out"].iloc[0], s, device), seed_dir(rows["out"].iloc[0], s)
             trains = not all(trains_nothing(f, TABLES[table], TABLES[table].row(n)) for n in rows["name"])   # an ensemble of finished members: anywhere
             ran = run_precisions(f, dev) if dev == "cpu" and dev == here and trains else set()   # one precision each seed
+            if not ran and dev == "cpu" and dev == here and trains and scale != REPORT_SCALE:    # none here yet: the report's runs of the seed
+                ran = run_precisions(seed_dir(Path(rows["out"].iloc[0]).with_name(f"{table}-{REPORT_SCALE}"), s), dev)
             keep = ["--cpu_bf16", "1" if "bfloat16" in ran else "0"] if len(ran) == 1 and ran != {auto_precision("cpu")} else []
             calls.append(["table", table, "--scale", scale, "--seeds", str(s), "--rows", ",".join(map(str, rows["row"])),
                           "--out", rows["out"].iloc[0], *(["--device", dev] if dev != here and trains else []), *keep])
