@@ -27,7 +27,7 @@ from .folders import held, lock_folder, unlock_folder, remove_orphans, check_new
 from .train import load_run, score_dev, amp_dtype, precision_name
 from .phases import run_training, phase_configs, copy_phase
 from .ensemble import ensemble_runs
-from .tables import SCALES, TABLES, PaperTable, Row, row_configs
+from .tables import BUDGET, SCALES, TABLES, PaperTable, Row, row_configs
 from .table_report import merge_metrics, device_type, write_table
 
 # %% auto #0
@@ -36,7 +36,7 @@ __all__ = ['slug', 'row_dir', 'portable', 'located', 'row_record', 'row_blocker'
            'table_base', 'twin_run', 'phase_key', 'twin_phase', 'epochs_done', 'run_part', 'copies_only',
            'read_by_ensemble', 'run_row', 'seed_dir', 'parse_seeds', 'power_seeds', 'run_devices', 'trains_nothing',
            'run_precisions', 'auto_precision', 'row_minutes', 'time_ratio', 'alike_rows', 'rough_minutes',
-           'row_progress', 'run_table']
+           'budget_factor', 'scaled_minutes', 'row_progress', 'run_table']
 
 # %% ../nbs/16b_ablate.ipynb #8dccb12b
 def slug(name:str) -> str: return re.sub(r"[^A-Za-z0-9.=-]+", "_", name).strip("_")[:60] or "row"
@@ -559,20 +559,39 @@ def rough_minutes(table:PaperTable, row:Row, root, device:str, precision:str, ea
     if timed: return [x for m in timed.values() for x in m], root, False, (None, 0), list(timed)
     return [], None, False, (None, 0), []
 
+def budget_factor(scale:str|None, base:str|None) -> float|None:
+    "How many times `base`'s training examples an epoch `scale` trains, where it trains more (else None; `full` counts none)"
+    a, b = (SCALES.get(x, {}).get(BUDGET) if x else None for x in (scale, base))
+    return a / b if a and b and a > b else None
+
+def scaled_minutes(table:PaperTable, row:Row, root, device:str, precision:str, earlier=None, scale:str|None=None,
+                   threads:int|None=None, base:str|None=None) -> tuple:
+    """`rough_minutes` of `row` at `scale` in the table folder `root`; where neither it nor a row built like it has finished a
+    seed there, nor under `earlier`, and `scale` trains more examples than the scale `base`, its `rough_minutes` in the folder of
+    the table at `base` beside `root` (`root`'s name ending in `base` for `scale`), times `budget_factor`: a little over its time,
+    since the dev passes are as many at both scales. `rough_minutes`' five answers and that factor (1 where `scale` timed it)"""
+    got, root = rough_minutes(table, row, root, device, precision, earlier, scale, threads=threads), Path(root)
+    k = budget_factor(scale, base) if not got[0] and root.name.endswith(f"-{scale}") else None
+    if k:
+        b = rough_minutes(table, row, root.with_name(root.name[:-len(scale)] + base), device, precision, earlier, base, threads=threads)
+        if b[0]: return ([x * k for x in b[0]], *b[1:], k)
+    return (*got, 1.0)
+
 def row_progress(table:PaperTable, row:Row, out) -> float:
     """The share of `row`'s training already done and kept to continue from in the table folder `out`: the epochs its run (its
     phases, its parts) has trained over those it plans, where a `last.pt` is left to resume from (`epochs_done`); else 0"""
     done, planned = epochs_done(row_dir(out, table, row))
     return done / planned if planned else 0.0
 
-def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, earlier=None, **kw) -> dict:
+def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, earlier=None, base=None, **kw) -> dict:
     """`run_row`, unless Unix time `until` has passed, or the row's finished seeds took longer (their median, `row_minutes`, of
     those in the precision this call trains in where any did, less the share an interrupted run of this seed has checkpointed,
     `row_progress`; on a CPU, of those that trained with this process's threads where any did) than the time left: then a row
     that would train stays not run (no row.json), and a later, shorter row may still start. A row no seed of which has
     finished here is timed by its runs in the same table folder under `earlier` (runs of
     an earlier registry, e.g. `results/ablate-scale-rates`), where there are any, else by the seeds the rows built like it
-    (`alike_rows`) finished here, and the message says so.
+    (`alike_rows`) finished here, else, at a scale that trains more examples than the scale `base` (the budget question's
+    against the report's), by its runs at `base` times the ratio of their examples (`scaled_minutes`), and the message says so.
     What trains nothing still goes through: a row done already, one that cannot run here (`needs`), a `same_as` row whose
     original is done, an ensemble whose members have all finished (their dev predictions here, or packed), a row
     whose runs are finished twins' to copy (`copies_only`)"""
@@ -586,17 +605,20 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
     else:
         root = Path(out).parent if Path(out).name.startswith("seed-") else Path(out)
         dev = default_device(kw.get("device")).type; prec = auto_precision(dev)
-        took, src, alien, (ratio, n), like = rough_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"),
-                                                           threads=call_threads(dev))
+        took, src, alien, (ratio, n), like, k = scaled_minutes(table, row, root, dev, prec, earlier, args[0] if args else kw.get("scale"),
+                                                               threads=call_threads(dev), base=base)
     if not why and src is not None:
         alien = f", none of them in {prec} as this call trains" if alien else ""
-        scaled = f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways: about {{:.0f}} min here" if ratio else ""
+        scaled = ((f", times {k:g}, the ratio of the two scales' training examples (a little over: the dev passes are as many)" if k != 1 else "")
+                  + (f", times {ratio:.1f}, the median ratio of the table's {n} row(s) timed both ways" if ratio else "")
+                  + (": about {:.0f} min here" if ratio or k != 1 else ""))
         p = row_progress(table, row, out); need = statistics.median(took) * (ratio or 1) * (1 - p)
         if 60 * need > left:
-            old = "" if src == root else f" at the earlier settings ({src})"
+            old = ("" if src == root else f" at scale {base} ({src})" if k != 1 and src.parent == root.parent
+                   else f" at the earlier settings" + (f" and scale {base}" if k != 1 else "") + f" ({src})")
             who = (f"the finished seeds of the row(s) built like it but for real-valued settings ({', '.join(like)})" if like
-                   else f"its finished seeds{old}")
-            why = (f"not started: {who} took about {statistics.median(took):.0f} min (the median of {len(took)}{alien})"
+                   else f"its finished seeds")
+            why = (f"not started: {who}{old} took about {statistics.median(took) / k:.0f} min (the median of {len(took)}{alien})"
                    + scaled.format(statistics.median(took) * (ratio or 1)) + ", "
                    + (f"{p:.0%} of it is checkpointed here (about {need:.0f} min to go), " if p else "")
                    + f"{left / 60:.0f} min were left of the time given (--hours)")
@@ -606,12 +628,14 @@ def _row_or_stop(table:PaperTable, row:Row, out:Path, until:float|None, *args, e
 
 # %% ../nbs/16b_ablate.ipynb #c32c9b96
 def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None=None, data_dir:str|None=None, device:str|None=None,
-              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False, earlier=None) -> pd.DataFrame:
+              progress:bool=True, keep_checkpoints:bool=False, seeds=None, until:float|None=None, power:bool=False, earlier=None,
+              base:str|None=None) -> pd.DataFrame:
     """Run the rows of table `table_id` (all, or the 1-based `rows`) into `out`, once per seed of `seeds`; write table.csv, table.md
     and the figures. No row starts after Unix time `until`, nor one whose finished seeds took longer than the time left, less
     what a checkpoint of it holds (the one running finishes; the rest stay not run, to resume later); a row that has finished
-    no seed here is timed by the same table folder's runs under `earlier`, where it has some. `power`: `seeds` are added for
-    power (ablate.json records them)"""
+    no seed here is timed by the same table folder's runs under `earlier`, where it has some, and at a scale that trains more
+    examples than the scale `base`, by its runs at `base` (`scaled_minutes`). `power`: `seeds` are added for power (ablate.json
+    records them)"""
     if table_id not in TABLES: raise KeyError(f"table {table_id!r} is unknown; `minbert_ablate list` shows the {len(TABLES)} tables.")
     table, out = TABLES[table_id], Path(out)
     if scale not in SCALES: raise ValueError(f"scale={scale!r}: expected one of {', '.join(SCALES)}.")
@@ -629,7 +653,7 @@ def run_table(table_id:str, out, scale:str="quick", rows=None, backbone:str|None
             for r in tqdm(todo, desc=desc, unit="row", disable=not progress):
                 if stop.requested: raise TrainingInterrupted(f"{stop.signal} between rows, or in a row's last evaluation: {len(done)} of "
                                                              f"{len(todo)} rows in {folder} went through, the rest not started", stop.signal)
-                done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, earlier=earlier, **kw, **over)
+                done[r.name] = _row_or_stop(table, r, folder, until, scale, progress, keep_checkpoints, earlier=earlier, base=base, **kw, **over)
             return done
         if seeds is None: return write_table(table, _done(table, out, rows(out, f"{table.id} ({scale})")), out, scale)
         per_seed = {s: rows(seed_dir(out, s), f"{table.id} ({scale}, seed {s})", seed=s)   # a whole table per seed: an interrupted

@@ -23,7 +23,7 @@ from .folders import expand
 from .tables import BUDGET, BUDGET_SCALE, EPOCH_SIZE, SCALES, TABLES, PaperTable, Row, list_tables, row_configs, settings_frame, assumed
 from .table_report import write_table, merge_metrics
 from .ablate import (run_table, row_dir, row_record, seed_dir, power_seeds, config_key, phase_key, has_dev_predictions, run_devices,
-                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, rough_minutes, time_ratio, alike_rows, _done)
+                               trains_nothing, run_precisions, auto_precision, row_minutes, row_progress, scaled_minutes, time_ratio, alike_rows, _done)
 from .claims import CLAIMS
 from .verdicts import row_runs, is_stale, write_report, verdicts_frame, PRECISION_RESULTS
 
@@ -296,7 +296,8 @@ def ablate_table(table:str, scale:str|None=None, out:str|None=None, rows:str|Non
     if cpu_bf16 is not None: os.environ["MINBERT_CPU_BF16"] = str(cpu_bf16)   # for this process and the runs it starts (00_core checks it)
     out = expand(out) or Path(f"runs/ablate-{table}-{scale}")
     run_table(table, out, scale, rows, backbone, data_dir, device, progress=not quiet, keep_checkpoints=keep_checkpoints, seeds=seeds,
-              until=until, power=power, earlier=EARLIER_RESULTS)   # rows not yet run here are timed by their earlier runs (--hours)
+              until=until, power=power, earlier=EARLIER_RESULTS, base=REPORT_SCALE)   # rows not yet run here: timed by their earlier runs,
+                                                                                      # or at twice the budget by the report's (--hours)
     print((out/"table.md").read_text()); print(f"-> {out/'table.md'}, {out/'table.csv'}, {out/'figures'}")
 
 # %% ../nbs/16e_reproduce.ipynb #7f18007d
@@ -431,29 +432,25 @@ def plan_times(plan:pd.DataFrame, calls:list, results, scale:str, device:str|Non
     timed so roughly (earlier settings, another precision) is scaled by `time_ratio`, where the table has rows timed both ways;
     a row timed neither here nor earlier is timed by the rows built like it but for real-valued settings (`alike_rows`); at the
     budget question's scale (`BUDGET_SCALE`), a row no run of which has finished at that scale is timed as above at the report's
-    scale (`REPORT_SCALE`) and multiplied by the ratio of their training examples: a little over its time, since its dev passes
-    are as many at both scales.
+    scale (`REPORT_SCALE`) and multiplied by the ratio of their training examples (`scaled_minutes`, as `--hours` times it): a
+    little over its time, since its dev passes are as many at both scales.
     A last line warns where calls train in bf16 on the CPU and this CPU has no native bf16 (`native`: default, whether it has,
     `cpu_has_native_bf16`): their times come from runs that trained at a CPU's bf16 pace, many times what they train at here"""
     here, lines, total, star, never, slow = here_device(device), [], {}, False, 0, []
-    times = SCALES[BUDGET_SCALE][BUDGET] / SCALES[REPORT_SCALE][BUDGET]   # the budget question's examples over the report's (2)
     for c in calls:
         t_id, s = c[1], int(c[c.index("--seeds") + 1])
         dev = c[c.index("--device") + 1] if "--device" in c else here
         prec = {"0": "fp32", "1": "bfloat16"}[c[c.index("--cpu_bf16") + 1]] if "--cpu_bf16" in c else auto_precision(dev)
         if prec == "bfloat16" and dev == "cpu": slow.append((f"{t_id} seed {s}", "--cpu_bf16" in c))
-        mins, timed, old, untimed, free, alien, scaled, alike, base = 0.0, 0, 0, 0, 0, 0, {}, 0, 0
+        mins, timed, old, untimed, free, alien, scaled, alike, base, times = 0.0, 0, 0, 0, 0, 0, {}, 0, 0, None
         threads = call_threads(dev)
         for i in map(int, c[c.index("--rows") + 1].split(",")):
             r, p = TABLES[t_id].rows[i - 1], plan[(plan["table"] == t_id) & (plan["row"] == i)]
             if r.ensemble or (len(p) and s in p.iloc[0]["copies"]): free += 1; continue
-            home = root = Path(results)/f"{t_id}-{scale}"
-            m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, scale, threads=threads)   # 16b_ablate
-            if not m and scale == BUDGET_SCALE != REPORT_SCALE:   # never finished at twice the budget: its report-scale time, scaled
-                root = Path(results)/f"{t_id}-{REPORT_SCALE}"
-                m, src, other, ratio, like = rough_minutes(TABLES[t_id], r, root, dev, prec, earlier, REPORT_SCALE, threads=threads)
-                m = [x * times for x in m]; base += bool(m)
-            old += src is not None and src != root; alien += other; alike += bool(like)
+            home = Path(results)/f"{t_id}-{scale}"   # never finished at twice the budget: its time at the report's budget, scaled
+            m, src, other, ratio, like, k = scaled_minutes(TABLES[t_id], r, home, dev, prec, earlier, scale, threads=threads, base=REPORT_SCALE)
+            if k != 1: base, times = base + 1, k                                                                  # 16b_ablate
+            old += src is not None and src.parent != home.parent; alien += other; alike += bool(like)
             if ratio[0]: m = [x * ratio[0] for x in m]; scaled[ratio] = scaled.get(ratio, 0) + 1
             left = 1 - row_progress(TABLES[t_id], r, seed_dir(home, s))
             if m: mins, timed = mins + float(np.median(m)) * left, timed + 1

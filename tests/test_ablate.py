@@ -239,3 +239,20 @@ def test_a_row_that_would_not_end_in_time_is_not_started_and_a_shorter_one_is(tm
     s1 = A.seed_dir(out, 1)
     assert A.row_record(s1, t10, t10.rows[0]) is None                       # left for later
     assert A.row_record(s1, t10, t10.rows[1])["status"] == "ok"             # row 2 was never timed: it started
+
+def test_hours_times_a_row_at_twice_the_budget_by_its_runs_at_the_reports(tmp_path, capsys):
+    "minbert_ablate table --scale short2x --hours: a row never run at twice the budget is timed by its seeds at the report's, times two"
+    import minbert_nb.reproduce as R
+    t10, dev = A.TABLES["000-T10"], A.default_device(None).type
+    short, double = tmp_path/"000-T10-short", tmp_path/"000-T10-short2x"
+    f = A.row_dir(A.seed_dir(short, 0), t10, t10.rows[0]); f.mkdir(parents=True)   # 40 min at the report's budget: about 80 at twice it
+    m = dict(wall_time_s=2400, device=dev, sst_acc=.5, para_acc=.5, sts_corr=.5)
+    (f/"metrics.json").write_text(json.dumps(m))
+    (f/"row.json").write_text(json.dumps(dict(table=t10.id, row=t10.rows[0].name, status="ok", runs=["."], wall_s=2400, metrics=m,
+                                              backbone="tiny", data="sample")))
+    R.ablate_table("000-T10", scale="short2x", out=str(double), rows="1", seeds="0", hours=1, quiet=True,
+                   backbone=tiny_backbone_dir(), data_dir=str(SAMPLE))
+    said = capsys.readouterr().out
+    assert (f"000-T10 / Round Robin: not started: its finished seeds at scale short ({short}) took about 40 min (the median of 1), "
+            "times 2, the ratio of the two scales' training examples") in said and "about 80 min here, 60 min were left" in said, said
+    assert A.row_record(A.seed_dir(double, 0), t10, t10.rows[0]) is None         # left for a machine with the time
