@@ -493,8 +493,9 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
 def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False, threads:int|None=None,
                 same_threads:bool=False) -> list:
     """The wall minutes of each finished seed of `row` in the table folder `root` (its seed-K folders, or itself) trained on
-    `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) and an
-    ensemble, which took seconds, are left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
+    `device` (a type): a row of several runs counts their sum; a seed copied from a twin row's run (`copied_from`) counts the
+    time its original trained (its metrics.json carries it over): what the row takes where it has no twin to copy; an ensemble,
+    which took seconds, is left out. `precision` ('fp32' or 'bfloat16', metrics.json's `amp`): only the seeds
     that trained in it count where any did (a CPU with native bf16 trains about twice as fast as one without trains fp32:
     the two do not time each other), else every seed does, unless `strict`; a seed whose metrics.json names none counts in either.
     A CPU run in bf16 on a CPU without native bf16 (metrics.json's `cpu_native_bf16` false) ran several times slower again:
@@ -508,7 +509,7 @@ def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=
         rec = row_record(f, table, row)
         if rec is None or rec.get("status") != "ok" or not rec.get("runs"): continue
         ms = [json.loads((Path(r)/"metrics.json").read_text()) for r in rec["runs"] if (Path(r)/"metrics.json").is_file()]
-        if (len(ms) == len(rec["runs"]) and not any("copied_from" in m for m in ms)
+        if (len(ms) == len(rec["runs"])
                 and all(device_type(m) == device and m.get("wall_time_s") for m in ms)):
             slow = ms[0].get("amp") == "bfloat16" and device == "cpu" and ms[0].get("cpu_native_bf16") is False
             out.append(("bfloat16 without native bf16" if slow else ms[0].get("amp"), ms[0].get("threads"), sum(m["wall_time_s"] for m in ms) / 60))
