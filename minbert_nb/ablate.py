@@ -488,6 +488,8 @@ def _done(table:PaperTable, out:Path, records:dict) -> dict:
     for r in table.rows:                          # a row built exactly like a finished one shows its run (no row.json: nothing ran)
         if r.same_as and r.name not in records and (o := records.get(r.same_as)) and o["status"] == "ok":
             records[r.name] = _same_as(r, dict(table=table.id, row=r.name, note=r.note, folder=str(row_dir(out, table, r))), o)
+    for r in table.rows:                          # a row that cannot run here says why, whichever rows the call selected
+        if r.name not in records and r.needs: records[r.name] = dict(table=table.id, row=r.name, status="not run", reason=str(r.needs))
     return records
 
 def row_minutes(table:PaperTable, row:Row, root, device:str, precision:str|None=None, strict:bool=False, threads:int|None=None,
